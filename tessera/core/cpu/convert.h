@@ -1,0 +1,37 @@
+#pragma once
+// Scalar conversion among the element types, and loads/stores in the compute type.
+
+#include <type_traits>
+
+#include "tessera/core/dtype.h"
+
+namespace tessera::cpu {
+
+template <class T>
+inline constexpr bool is_half_v = std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>;
+
+template <class D, class S>
+inline D convert(S s) {
+  if constexpr (std::is_same_v<D, S>) {
+    return s;
+  } else if constexpr (is_half_v<S>) {
+    return convert<D>(float(s));
+  } else if constexpr (is_half_v<D>) {
+    return D(float(s));
+  } else {
+    return static_cast<D>(s);
+  }
+}
+
+// Reads an element as its compute type (float for bf16/f16).
+template <class T>
+inline acc_type_t<T> load(const T* p) {
+  return convert<acc_type_t<T>>(*p);
+}
+
+template <class T, class A>
+inline void store(T* p, A value) {
+  *p = convert<T>(value);
+}
+
+}  // namespace tessera::cpu

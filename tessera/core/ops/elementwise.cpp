@@ -1,0 +1,156 @@
+#include "tessera/core/ops/elementwise.h"
+
+#include "tessera/core/ops/creation.h"
+#include "tessera/core/ops/movement.h"
+#include "tessera/core/ops/op_utils.h"
+
+namespace tessera::ops {
+
+using detail::backend;
+using detail::check_defined;
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = binary_op_name(op);
+  check_defined(name, a, "first input");
+  check_defined(name, b, "second input");
+  detail::check_same_device(name, {&a, &b});
+  DType dtype = promote_types(a.dtype(), b.dtype());
+  TESSERA_CHECK(op != BinaryOp::div || is_floating(dtype), "div: integer division is not ",
+                "supported (", a.describe(), " / ", b.describe(), "); cast to a floating dtype");
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor out = empty(shape, dtype, a.device());
+  if (out.numel() > 0)
+    backend(a).binary(op, expand(cast(a, dtype), shape), expand(cast(b, dtype), shape), out);
+  return out;
+}
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::add, a, b);
+}
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::sub, a, b);
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::mul, a, b);
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::div, a, b);
+}
+
+namespace {
+Tensor scalar_like(const Tensor& a, double value, const char* op) {
+  check_defined(op, a);
+  return scalar_tensor(value, a.dtype(), a.device());
+}
+}  // namespace
+
+Tensor add(const Tensor& a, double b) {
+  return add(a, scalar_like(a, b, "add"));
+}
+Tensor sub(const Tensor& a, double b) {
+  return sub(a, scalar_like(a, b, "sub"));
+}
+Tensor mul(const Tensor& a, double b) {
+  return mul(a, scalar_like(a, b, "mul"));
+}
+Tensor div(const Tensor& a, double b) {
+  return div(a, scalar_like(a, b, "div"));
+}
+
+Tensor unary(UnaryOp op, const Tensor& x, double scalar) {
+  const char* name = unary_op_name(op);
+  check_defined(name, x);
+  if (op != UnaryOp::neg && op != UnaryOp::relu) detail::check_floating(name, x);
+  Tensor out = empty(x.shape(), x.dtype(), x.device());
+  if (out.numel() > 0) backend(x).unary(op, x, out, scalar);
+  return out;
+}
+
+Tensor neg(const Tensor& x) {
+  return unary(UnaryOp::neg, x);
+}
+Tensor exp(const Tensor& x) {
+  return unary(UnaryOp::exp, x);
+}
+Tensor log(const Tensor& x) {
+  return unary(UnaryOp::log, x);
+}
+Tensor sqrt(const Tensor& x) {
+  return unary(UnaryOp::sqrt, x);
+}
+Tensor rsqrt(const Tensor& x) {
+  return unary(UnaryOp::rsqrt, x);
+}
+Tensor tanh(const Tensor& x) {
+  return unary(UnaryOp::tanh, x);
+}
+Tensor pow(const Tensor& x, double exponent) {
+  return unary(UnaryOp::pow_scalar, x, exponent);
+}
+Tensor gelu(const Tensor& x) {
+  return unary(UnaryOp::gelu, x);
+}
+Tensor silu(const Tensor& x) {
+  return unary(UnaryOp::silu, x);
+}
+Tensor relu(const Tensor& x) {
+  return unary(UnaryOp::relu, x);
+}
+
+Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& gy,
+                      double scalar) {
+  const char* name = unary_op_name(op);
+  check_defined(name, x);
+  check_defined(name, gy, "gradient");
+  detail::check_same_device(name, {&x, &y, &gy});
+  detail::check_floating(name, x);
+  TESSERA_CHECK(gy.shape() == x.shape(), name, " backward: gradient ", gy.describe(),
+                " does not match input ", x.describe());
+  bool needs_y =
+      op == UnaryOp::exp || op == UnaryOp::tanh || op == UnaryOp::sqrt || op == UnaryOp::rsqrt;
+  TESSERA_CHECK(!needs_y || y.defined(), name, " backward: needs the forward output");
+  Tensor gx = empty(x.shape(), x.dtype(), x.device());
+  if (gx.numel() > 0) {
+    Tensor yc = y.defined() ? cast(y, x.dtype()) : Tensor();
+    backend(x).unary_backward(op, x, yc, cast(gy, x.dtype()), gx, scalar);
+  }
+  return gx;
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_defined("where", cond, "condition");
+  check_defined("where", a, "first input");
+  check_defined("where", b, "second input");
+  detail::check_same_device("where", {&cond, &a, &b});
+  DType dtype = promote_types(a.dtype(), b.dtype());
+  Shape shape =
+      broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  Tensor out = empty(shape, dtype, a.device());
+  if (out.numel() > 0)
+    backend(a).where(expand(cond, shape), expand(cast(a, dtype), shape),
+                     expand(cast(b, dtype), shape), out);
+  return out;
+}
+
+void add_(const Tensor& dst, const Tensor& src) {
+  check_defined("add_", dst, "destination");
+  check_defined("add_", src, "source");
+  detail::check_same_device("add_", {&dst, &src});
+  Shape shape = broadcast_shapes(dst.shape(), src.shape(), "add_");
+  TESSERA_CHECK(shape == dst.shape(), "add_: source ", src.describe(),
+                " does not broadcast to destination ", dst.describe());
+  if (dst.numel() > 0)
+    backend(dst).binary(BinaryOp::add, dst, expand(cast(src, dst.dtype()), shape), dst);
+  dst.storage()->bump_version();
+}
+
+void mul_(const Tensor& dst, double value) {
+  check_defined("mul_", dst);
+  if (dst.numel() > 0) {
+    Tensor s = expand(scalar_tensor(value, dst.dtype(), dst.device()), dst.shape());
+    backend(dst).binary(BinaryOp::mul, dst, s, dst);
+  }
+  dst.storage()->bump_version();
+}
+
+}  // namespace tessera::ops

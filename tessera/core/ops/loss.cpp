@@ -1,0 +1,103 @@
+#include "tessera/core/ops/loss.h"
+
+#include "tessera/core/ops/creation.h"
+#include "tessera/core/ops/movement.h"
+#include "tessera/core/ops/op_utils.h"
+
+namespace tessera::ops {
+
+using detail::backend;
+using detail::check_defined;
+
+namespace {
+
+// loss, lse and valid are f32, or f64 for f64 logits (so gradcheck runs in f64 end to end).
+DType stats_dtype(DType dtype) {
+  return dtype == DType::f64 ? DType::f64 : DType::f32;
+}
+
+// Checks logits [..., V] and targets [...]; returns them as contiguous [N, V] and [N].
+struct Flat {
+  Tensor logits;
+  Tensor targets;
+};
+
+Flat flatten_inputs(const char* op, const Tensor& logits, const Tensor& targets) {
+  check_defined(op, logits, "logits");
+  check_defined(op, targets, "targets");
+  detail::check_floating(op, logits, "logits");
+  detail::check_integer(op, targets, "targets");
+  detail::check_same_device(op, {&logits, &targets});
+  TESSERA_CHECK(logits.dim() >= 1 && logits.shape().back() > 0, op,
+                ": logits need a non-empty last (class) dim, got ", logits.describe());
+  Shape lead = logits.shape();
+  lead.resize(logits.dim() - 1);
+  TESSERA_CHECK(targets.shape() == lead, op, ": targets ", targets.describe(),
+                " must have the leading shape ", lead, " of logits ", logits.describe());
+  const int64_t v = logits.shape().back(), n = logits.numel() / v;
+  return {reshape(contiguous(logits), Shape{n, v}), reshape(contiguous(targets), Shape{n})};
+}
+
+// Runs a backend call that may reject an index by its flat position, and adds the shape the
+// caller passed, which the backend (seeing the flattened [N] tensor) cannot name.
+template <class F>
+void naming_indices(const Tensor& indices, const char* what, F&& call) {
+  try {
+    call();
+  } catch (const InternalError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(str_cat(e.what(), " (", what, ": ", indices.describe(),
+                        ", flat positions in row-major order)"));
+  }
+}
+
+Tensor check_scalar(const char* op, const Tensor& t, DType dtype, const char* what) {
+  check_defined(op, t, what);
+  TESSERA_CHECK(t.numel() == 1, op, ": ", what, " must hold one element, got ", t.describe());
+  return reshape(contiguous(cast(t, dtype)), Shape{});
+}
+
+}  // namespace
+
+CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                         int64_t ignore_index) {
+  Flat f = flatten_inputs("cross_entropy", logits, targets);
+  const DType sd = stats_dtype(logits.dtype());
+  const int64_t n = f.logits.shape()[0];
+  CrossEntropyOutput out{empty(Shape{}, sd, logits.device()), empty(Shape{n}, sd, logits.device()),
+                         empty(Shape{}, sd, logits.device())};
+  if (n == 0) {  // no rows: nothing counts, and the loss is 0 by definition
+    fill_(out.loss, 0.0);
+    fill_(out.valid, 0.0);
+  } else {
+    naming_indices(targets, "targets", [&] {
+      backend(logits).cross_entropy_forward(f.logits, f.targets, ignore_index, out.loss, out.lse,
+                                            out.valid);
+    });
+  }
+  return out;
+}
+
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              const Tensor& valid, const Tensor& gloss, int64_t ignore_index) {
+  const char* op = "cross_entropy_backward";
+  Flat f = flatten_inputs(op, logits, targets);
+  const DType sd = stats_dtype(logits.dtype());
+  const int64_t n = f.logits.shape()[0];
+  check_defined(op, lse, "lse");
+  detail::check_same_device(op, {&logits, &lse, &valid, &gloss});
+  TESSERA_CHECK(lse.shape() == Shape{n} && lse.dtype() == sd, op, ": lse must be ", dtype_name(sd),
+                "[", n, "] for logits ", logits.describe(), ", got ", lse.describe());
+  Tensor count = check_scalar(op, valid, sd, "valid");
+  Tensor g = check_scalar(op, gloss, sd, "gradient");
+  Tensor glogits = empty(logits.shape(), logits.dtype(), logits.device());
+  if (n > 0)
+    naming_indices(targets, "targets", [&] {
+      backend(logits).cross_entropy_backward(f.logits, f.targets, contiguous(lse), g, count,
+                                             ignore_index, reshape(glogits, f.logits.shape()));
+    });
+  return glogits;
+}
+
+}  // namespace tessera::ops
