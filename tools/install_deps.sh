@@ -9,6 +9,8 @@ packages=(
   libeigen3-dev          # CPU GEMM and vectorised math
   libgtest-dev libgmock-dev  # tests
   libbenchmark-dev       # bench/
+  nlohmann-json3-dev     # configs, manifests, metrics, tokenizer files
+  libcli11-dev           # the tessera command line
   python3                # tools/ scripts
 )
 

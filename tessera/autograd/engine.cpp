@@ -42,10 +42,19 @@ class AccumulateGrad final : public Node {
   std::shared_ptr<TensorImpl> leaf_;
 };
 
-// Sums gradient contributions for one input slot.
+// Sums gradient contributions for one input slot: in place when the slot's tensor is dense
+// and nothing else holds it or its storage (a tied embedding's two [V, C] gradients then cost
+// no third buffer), out of place otherwise.
 void accumulate_into(Tensor& slot, const Tensor& g) {
   if (!slot.defined()) {
     slot = g;
+    return;
+  }
+  bool private_dense = slot.is_contiguous() && slot.shared_impl().use_count() == 1 &&
+                       slot.storage().use_count() == 1 && slot.dtype() == g.dtype() &&
+                       slot.shape() == g.shape() && !slot.storage()->released();
+  if (private_dense) {
+    ops::add_(slot, g);
   } else {
     slot = ops::add(slot, g);
   }

@@ -1,0 +1,118 @@
+#include "tessera/nn/module.h"
+
+#include <set>
+
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/core/ops/movement.h"
+
+namespace tessera::nn {
+
+Tensor find_tensor(const StateDict& dict, const std::string& name) {
+  for (const auto& [n, t] : dict)
+    if (n == name) return t;
+  return Tensor();
+}
+
+void Module::check_new_name(const std::string& name) const {
+  TESSERA_CHECK(!name.empty() && name.find('.') == std::string::npos, "module: invalid name '",
+                name, "' (names are non-empty and contain no dots)");
+  auto taken = [&](const auto& list) {
+    for (const auto& [n, _] : list)
+      if (n == name) return true;
+    return false;
+  };
+  TESSERA_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), "module: name '", name,
+                "' is registered twice");
+}
+
+Tensor Module::register_parameter(const std::string& name, const Tensor& value) {
+  check_new_name(name);
+  TESSERA_CHECK(value.defined(), "register_parameter: '", name, "' is undefined");
+  value.set_requires_grad(true);
+  params_.emplace_back(name, value);
+  return value;
+}
+
+Tensor Module::register_buffer(const std::string& name, const Tensor& value) {
+  check_new_name(name);
+  TESSERA_CHECK(value.defined(), "register_buffer: '", name, "' is undefined");
+  buffers_.emplace_back(name, value);
+  return value;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
+  check_new_name(name);
+  TESSERA_CHECK(module != nullptr, "register_module: '", name, "' is null");
+  children_.emplace_back(name, std::move(module));
+}
+
+void Module::collect(const std::string& prefix, bool params, bool buffers, StateDict& out) const {
+  if (params)
+    for (const auto& [n, t] : params_) out.emplace_back(prefix + n, t);
+  if (buffers)
+    for (const auto& [n, t] : buffers_) out.emplace_back(prefix + n, t);
+  for (const auto& [n, child] : children_) child->collect(prefix + n + ".", params, buffers, out);
+}
+
+StateDict Module::named_parameters() const {
+  StateDict out;
+  collect("", true, false, out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+StateDict Module::named_buffers() const {
+  StateDict out;
+  collect("", false, true, out);
+  return out;
+}
+
+StateDict Module::state_dict() const {
+  StateDict out;
+  collect("", true, true, out);
+  return out;
+}
+
+void Module::load_state_dict(const StateDict& dict, bool strict) {
+  StateDict mine = state_dict();
+  std::set<std::string> known;
+  for (const auto& [name, target] : mine) {
+    known.insert(name);
+    Tensor src = find_tensor(dict, name);
+    if (!src.defined()) {
+      TESSERA_CHECK(!strict, "load_state_dict: missing tensor '", name, "' (", target.describe(),
+                    ")");
+      continue;
+    }
+    TESSERA_CHECK(src.shape() == target.shape(), "load_state_dict: '", name, "' has shape ",
+                  src.shape(), " in the state dict but ", target.shape(), " in the model");
+    NoGradGuard no_grad;
+    ops::copy_(target, src);
+  }
+  if (strict)
+    for (const auto& [name, t] : dict)
+      TESSERA_CHECK(known.count(name), "load_state_dict: unexpected tensor '", name, "' (",
+                    t.describe(), ") is not in the model");
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : named_parameters()) n += t.numel();
+  return n;
+}
+
+void Module::zero_grad() {
+  for (const auto& [name, t] : named_parameters()) t.set_grad(Tensor());
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, child] : children_) child->train(on);
+}
+
+}  // namespace tessera::nn

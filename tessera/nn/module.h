@@ -1,0 +1,75 @@
+#pragma once
+// Module: a tree of named parameters, buffers and child modules, in registration order.
+//
+// Names join the path with dots ("h.0.attn.c_attn.weight"), matching the state-dict names of
+// the equivalent PyTorch model where there is one. A parameter is a Tensor handle: the layer
+// that registered it keeps the same handle, so load_state_dict copies values into place and
+// every holder sees them.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/core/tensor.h"
+
+namespace tessera::nn {
+
+// An ordered list of (name, tensor); the order is the module tree's registration order.
+using StateDict = std::vector<std::pair<std::string, Tensor>>;
+
+// Looks a name up in a state dict; undefined Tensor if absent.
+Tensor find_tensor(const StateDict& dict, const std::string& name);
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // All parameters of this module and its children, depth-first in registration order.
+  StateDict named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  StateDict named_buffers() const;
+  // Parameters then buffers, per module, in tree order.
+  StateDict state_dict() const;
+  // Copies values into the registered tensors (casting dtype, moving device). With strict,
+  // a missing or unexpected name is an error; a shape mismatch always is. Errors name the
+  // tensor and both shapes.
+  void load_state_dict(const StateDict& dict, bool strict = true);
+
+  int64_t num_parameters() const;
+  void zero_grad();
+  // Training mode (dropout on) or evaluation mode, for this module and its children.
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const {
+    return children_;
+  }
+
+ protected:
+  // Registers a parameter (it is marked requires_grad) and returns the same handle.
+  Tensor register_parameter(const std::string& name, const Tensor& value);
+  Tensor register_buffer(const std::string& name, const Tensor& value);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module);
+    return module;
+  }
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> module);
+  void check_new_name(const std::string& name) const;
+  void collect(const std::string& prefix, bool params, bool buffers, StateDict& out) const;
+
+  StateDict params_;
+  StateDict buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+}  // namespace tessera::nn
