@@ -108,14 +108,17 @@ class Backend {
   // gweight (zeroed by the caller) += scatter of gy rows; deterministic (no racing atomics).
   virtual void embedding_backward(const Tensor& ids, const Tensor& gy, const Tensor& gweight);
 
-  // ---- fused cross-entropy: logits contiguous [N, V], targets contiguous i32/i64 [N] ----
+  // ---- fused cross-entropy: logits [N, V] with unit stride in V and any row stride (a
+  // padded vocabulary arrives as a narrowed view of its first V columns), targets contiguous
+  // i32/i64 [N] ----
   // loss (f32 0-d) = mean over valid rows of logsumexp - logit[target]; rows whose target is
   // ignore_index are skipped. lse (f32 [N]) is saved for backward; valid (f32 0-d) counts rows.
   // loss, lse, valid and gloss are f64 instead when logits are f64.
   virtual void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                      int64_t ignore_index, const Tensor& loss, const Tensor& lse,
                                      const Tensor& valid);
-  // glogits = (softmax(logits) - onehot(target)) * gloss / valid, zero on ignored rows.
+  // glogits = (softmax(logits) - onehot(target)) * gloss / valid, zero on ignored rows;
+  // glogits has logits' shape, unit stride in V and its own row stride.
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                       const Tensor& lse, const Tensor& gloss, const Tensor& valid,
                                       int64_t ignore_index, const Tensor& glogits);

@@ -1,6 +1,8 @@
-// Harness case for the fused cross-entropy, plus checks the harness does not make: the f32 and
-// bf16 backward kernels against (softmax - onehot) / valid, all-ignored batches, an
-// ignore_index that is a valid class, large logits, and a loss independent of the thread count.
+// Harness cases for the fused cross-entropy (all classes, and the first num_classes columns of a
+// padded vocabulary), plus checks the harness does not make: the f32 and bf16 backward kernels
+// against (softmax - onehot) / valid, all-ignored batches, an ignore_index that is a valid
+// class, large logits, a loss independent of the thread count, and the class limit's padded
+// columns, reads in place and errors.
 
 #include <gtest/gtest.h>
 
@@ -32,15 +34,18 @@ struct CeRef {
   HostTensor grad;
 };
 
-CeRef ce_reference(const HostTensor& logits, const HostTensor& targets, int64_t ignore) {
-  const int64_t v = logits.shape.back(), rows = int64_t(targets.v.size());
+// Only the first `classes` columns (-1: all) are classes; the others get zero gradient.
+CeRef ce_reference(const HostTensor& logits, const HostTensor& targets, int64_t ignore,
+                   int64_t classes = -1) {
+  const int64_t ld = logits.shape.back(), rows = int64_t(targets.v.size());
+  const int64_t v = classes == -1 ? ld : classes;
   CeRef r{0.0, HostTensor(logits.shape)};
   int64_t valid = 0;
   for (int64_t i = 0; i < rows; ++i) valid += int64_t(targets.v[size_t(i)]) != ignore;
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t t = int64_t(targets.v[size_t(i)]);
     if (t == ignore) continue;
-    const double* x = logits.v.data() + i * v;
+    const double* x = logits.v.data() + i * ld;
     double m = x[0];
     for (int64_t j = 1; j < v; ++j) m = std::max(m, x[j]);
     double s = 0;
@@ -48,7 +53,7 @@ CeRef ce_reference(const HostTensor& logits, const HostTensor& targets, int64_t 
     const double lse = m + std::log(s);
     r.loss += (lse - x[t]) / double(valid);
     for (int64_t j = 0; j < v; ++j)
-      r.grad.v[size_t(i * v + j)] = (std::exp(x[j] - lse) - (j == t ? 1.0 : 0.0)) / double(valid);
+      r.grad.v[size_t(i * ld + j)] = (std::exp(x[j] - lse) - (j == t ? 1.0 : 0.0)) / double(valid);
   }
   return r;
 }
@@ -73,6 +78,33 @@ TESSERA_OP_CASE(cross_entropy) {
   c.grad_inputs = {0};
   // Forward: one logsumexp per row (<= 37 f32 terms) averaged over <= 125 rows; the loss is
   // O(3) and its f32 round-off ~1e-6, inside the harness default of 1e-5.
+  c.trials = 6;
+  return c;
+}
+
+// A padded vocabulary: logits [..., v] of which only the first `classes` columns count. The
+// class count travels as a 0-d i64 input so the f32 and f64 trials see the same one.
+TESSERA_OP_CASE(cross_entropy_num_classes) {
+  OpCase c;
+  c.name = "cross_entropy_num_classes";
+  c.make_inputs = [](CaseRng& rng, DType dt) {
+    Shape lead = rng.shape(int(rng.size(0, 3)), 1, 5);
+    const int64_t classes = rng.size(1, 29), v = classes + rng.size(0, 9);
+    Shape s = lead;
+    s.push_back(v);
+    return std::vector<Tensor>{rng.tensor(s, dt, 2.0), make_targets(rng, lead, classes, kIgnore),
+                               scalar_tensor(double(classes), DType::i64)};
+  };
+  c.run = [](const std::vector<Tensor>& in) {
+    return tessera::cross_entropy(in[0], in[1], kIgnore, in[2].item<int64_t>());
+  };
+  c.reference = [](const std::vector<Tensor>& in) {
+    return scalar_tensor(
+        ce_reference(HostTensor(in[0]), HostTensor(in[1]), kIgnore, in[2].item<int64_t>()).loss,
+        DType::f64);
+  };
+  c.grad_inputs = {0};
+  // As for cross_entropy: <= 29 f32 terms per logsumexp, O(3) loss, round-off ~1e-6.
   c.trials = 6;
   return c;
 }
@@ -156,6 +188,57 @@ TEST(CrossEntropyKernels, LossIdenticalForAnyThreadCount) {
   set_num_threads(saved_threads);
   EXPECT_EQ(losses[1], losses[0]);
   EXPECT_EQ(losses[2], losses[0]);
+}
+
+// 50 classes in a row of 64 (the padded-vocabulary layout): the loss is bit-identical to the
+// loss over a contiguous copy of the first 50 columns (same values, same order of
+// arithmetic), the real columns' gradients match the f64 formula, and the padded columns'
+// gradients are exactly zero.
+TEST(CrossEntropyNumClasses, PaddedColumnsAreNotClasses) {
+  CaseRng rng(66);
+  Tensor logits = rng.tensor(Shape{7, 9, 64}, DType::f32, 3.0);
+  Tensor targets = make_targets(rng, Shape{7, 9}, 50, kIgnore);
+  Tensor real = ops::contiguous(ops::narrow(logits, -1, 0, 50));
+  const float padded = ops::cross_entropy_forward(logits, targets, kIgnore, 50).loss.item<float>();
+  EXPECT_EQ(padded, ops::cross_entropy_forward(real, targets).loss.item<float>());
+
+  Tensor leaf = ops::clone(logits).set_requires_grad(true);
+  tessera::cross_entropy(leaf, targets, kIgnore, 50).backward();
+  Tensor g = leaf.grad();
+  ASSERT_EQ(g.shape(), logits.shape());
+  EXPECT_EQ(to_vector<float>(ops::narrow(g, -1, 50, 14)), std::vector<float>(7 * 9 * 14, 0.0f));
+  CeRef ref = ce_reference(HostTensor(logits), HostTensor(targets), kIgnore, 50);
+  // Entries exp(x - lse) / valid <= 1 with ~1e-6 relative f32 round-off, as in
+  // F32BackwardMatchesF64Formula.
+  CloseReport r = compare_close(g, ref.grad.to_tensor(), 1e-5, 1e-7);
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+// Huge values in the padded columns must not leak into the logsumexp.
+TEST(CrossEntropyNumClasses, PaddedColumnsNeverEnterTheLogsumexp) {
+  Tensor logits = from_vector<float>({0.f, 0.f, 1e30f, 0.f, 0.f, -1e30f}, Shape{2, 3});
+  Tensor targets = from_vector<int64_t>({1, 0}, Shape{2});
+  // Two equal classes per row: the loss is log 2 (f32 round-off of log: 1e-7).
+  EXPECT_NEAR(ops::cross_entropy_forward(logits, targets, kIgnore, 2).loss.item<float>(),
+              std::log(2.0), 1e-6);
+}
+
+TEST(CrossEntropyNumClasses, TargetsMustBeRealClasses) {
+  Tensor logits = zeros(Shape{2, 3, 8});
+  Tensor targets = from_vector<int64_t>({0, 1, 2, 6, 1, 0}, Shape{2, 3});
+  try {
+    ops::cross_entropy_forward(logits, targets, kIgnore, 5);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const char* f : {"cross_entropy", "target 6", "position 3", "[0, 5)"})
+      EXPECT_NE(msg.find(f), std::string::npos) << msg;
+  }
+  for (int64_t bad : {int64_t(0), int64_t(9), int64_t(-2)})
+    EXPECT_THROW(ops::cross_entropy_forward(logits, targets, kIgnore, bad), Error) << bad;
+  Tensor ok = from_vector<int64_t>({0, 1, 2, 4, 1, 0}, Shape{2, 3});
+  EXPECT_NO_THROW(ops::cross_entropy_forward(logits, ok, kIgnore, 5));
+  EXPECT_NO_THROW(ops::cross_entropy_forward(logits, targets, kIgnore, 8));
 }
 
 }  // namespace

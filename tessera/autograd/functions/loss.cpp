@@ -15,25 +15,27 @@ using autograd::Node;
 // Input (logits); saved (logits, targets, lse, valid).
 class CrossEntropyBackward final : public Node {
  public:
-  explicit CrossEntropyBackward(int64_t ignore_index) : ignore_index_(ignore_index) {}
+  CrossEntropyBackward(int64_t ignore_index, int64_t num_classes)
+      : ignore_index_(ignore_index), num_classes_(num_classes) {}
   const char* name() const override { return "cross_entropy"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     return {ops::cross_entropy_backward(saved(0), saved(1), saved(2), saved(3), grads[0],
-                                        ignore_index_)};
+                                        ignore_index_, num_classes_)};
   }
 
  private:
-  int64_t ignore_index_;
+  int64_t ignore_index_, num_classes_;
 };
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                     int64_t num_classes) {
   // The front end would copy non-contiguous logits anyway; copying here lets backward reuse it.
   Tensor lc = logits.defined() ? ops::contiguous(logits) : logits;
-  ops::CrossEntropyOutput out = ops::cross_entropy_forward(lc, targets, ignore_index);
+  ops::CrossEntropyOutput out = ops::cross_entropy_forward(lc, targets, ignore_index, num_classes);
   if (autograd::any_requires_grad({&logits})) {
-    auto node = std::make_shared<CrossEntropyBackward>(ignore_index);
+    auto node = std::make_shared<CrossEntropyBackward>(ignore_index, num_classes);
     node->save({lc, targets, out.lse, out.valid});
     node->connect({logits}, {&out.loss});
   }

@@ -1,4 +1,5 @@
-// Fused cross-entropy over contiguous logits [N, V]. Memory-bound: the forward pass reads each
+// Fused cross-entropy over logits [N, V] (unit stride in V; rows may be strided, as for the
+// first V columns of a padded vocabulary). Memory-bound: the forward pass reads each
 // row twice from cache (max, then sum of exp) and writes one lse per row; the backward pass
 // reads each row once and writes dlogits, recomputing softmax as exp(logit - lse), so the
 // probabilities are never stored.
@@ -70,7 +71,7 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targe
                                        int64_t ignore_index, const Tensor& loss, const Tensor& lse,
                                        const Tensor& valid) {
   const char* op = "cross_entropy";
-  const int64_t rows = logits.shape()[0], n = logits.shape()[1];
+  const int64_t rows = logits.shape()[0], n = logits.shape()[1], ld = logits.stride(0);
   const Targets tg = load_targets(targets, n, ignore_index, op);
   dispatch_floating(logits.dtype(), op, [&]<class T>() {
     using A = acc_type_t<T>;
@@ -81,7 +82,7 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targe
     cpu::parallel_for(rows, row_grain(n), [&](int64_t begin, int64_t end) {
       Arr buf(n);
       for (int64_t r = begin; r < end; ++r) {
-        const A* xr = load_row(xp + r * n, n, buf.data());
+        const A* xr = load_row(xp + r * ld, n, buf.data());
         Eigen::Map<const Arr> xv(xr, n);
         A m = xv.maxCoeff();
         // An all -inf row has lse -inf; a +inf or NaN entry makes lse non-finite as it should.
@@ -104,6 +105,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
                                         int64_t ignore_index, const Tensor& glogits) {
   const char* op = "cross_entropy_backward";
   const int64_t rows = logits.shape()[0], n = logits.shape()[1];
+  const int64_t ld = logits.stride(0), gld = glogits.stride(0);
   const Targets tg = load_targets(targets, n, ignore_index, op);
   dispatch_floating(logits.dtype(), op, [&]<class T>() {
     using A = acc_type_t<T>;
@@ -117,8 +119,8 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
     cpu::parallel_for(rows, row_grain(n), [&](int64_t begin, int64_t end) {
       Arr xbuf(n), gbuf(n);
       for (int64_t r = begin; r < end; ++r) {
-        const T* row = xp + r * n;
-        T* grow = gp + r * n;
+        const T* row = xp + r * ld;
+        T* grow = gp + r * gld;
         const int64_t t = tg.t[size_t(r)];
         if (t == ignore_index) {
           for (int64_t j = 0; j < n; ++j) grow[j] = cpu::convert<T>(A(0));

@@ -16,13 +16,16 @@ DType stats_dtype(DType dtype) {
   return dtype == DType::f64 ? DType::f64 : DType::f32;
 }
 
-// Checks logits [..., V] and targets [...]; returns them as contiguous [N, V] and [N].
+// Checks logits [..., V] and targets [...]; returns them as [N, num_classes] (the first
+// num_classes columns of contiguous [N, V], a view with row stride V) and contiguous [N].
 struct Flat {
-  Tensor logits;
+  Tensor full;    // [N, V], contiguous
+  Tensor logits;  // [N, num_classes] view of full
   Tensor targets;
 };
 
-Flat flatten_inputs(const char* op, const Tensor& logits, const Tensor& targets) {
+Flat flatten_inputs(const char* op, const Tensor& logits, const Tensor& targets,
+                    int64_t num_classes) {
   check_defined(op, logits, "logits");
   check_defined(op, targets, "targets");
   detail::check_floating(op, logits, "logits");
@@ -35,7 +38,13 @@ Flat flatten_inputs(const char* op, const Tensor& logits, const Tensor& targets)
   TESSERA_CHECK(targets.shape() == lead, op, ": targets ", targets.describe(),
                 " must have the leading shape ", lead, " of logits ", logits.describe());
   const int64_t v = logits.shape().back(), n = logits.numel() / v;
-  return {reshape(contiguous(logits), Shape{n, v}), reshape(contiguous(targets), Shape{n})};
+  TESSERA_CHECK(num_classes == -1 || (num_classes >= 1 && num_classes <= v), op,
+                ": num_classes must be -1 (all) or in [1, ", v, "] for logits ", logits.describe(),
+                ", got ", num_classes);
+  Tensor full = reshape(contiguous(logits), Shape{n, v});
+  const int64_t classes = num_classes == -1 ? v : num_classes;
+  return {full, classes == v ? full : narrow(full, 1, 0, classes),
+          reshape(contiguous(targets), Shape{n})};
 }
 
 // Runs a backend call that may reject an index by its flat position, and adds the shape the
@@ -61,8 +70,8 @@ Tensor check_scalar(const char* op, const Tensor& t, DType dtype, const char* wh
 }  // namespace
 
 CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets,
-                                         int64_t ignore_index) {
-  Flat f = flatten_inputs("cross_entropy", logits, targets);
+                                         int64_t ignore_index, int64_t num_classes) {
+  Flat f = flatten_inputs("cross_entropy", logits, targets, num_classes);
   const DType sd = stats_dtype(logits.dtype());
   const int64_t n = f.logits.shape()[0];
   CrossEntropyOutput out{empty(Shape{}, sd, logits.device()), empty(Shape{n}, sd, logits.device()),
@@ -80,11 +89,12 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
 }
 
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              const Tensor& valid, const Tensor& gloss, int64_t ignore_index) {
+                              const Tensor& valid, const Tensor& gloss, int64_t ignore_index,
+                              int64_t num_classes) {
   const char* op = "cross_entropy_backward";
-  Flat f = flatten_inputs(op, logits, targets);
+  Flat f = flatten_inputs(op, logits, targets, num_classes);
   const DType sd = stats_dtype(logits.dtype());
-  const int64_t n = f.logits.shape()[0];
+  const int64_t n = f.logits.shape()[0], classes = f.logits.shape()[1];
   check_defined(op, lse, "lse");
   detail::check_same_device(op, {&logits, &lse, &valid, &gloss});
   TESSERA_CHECK(lse.shape() == Shape{n} && lse.dtype() == sd, op, ": lse must be ", dtype_name(sd),
@@ -92,10 +102,12 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
   Tensor count = check_scalar(op, valid, sd, "valid");
   Tensor g = check_scalar(op, gloss, sd, "gradient");
   Tensor glogits = empty(logits.shape(), logits.dtype(), logits.device());
+  Tensor g2 = reshape(glogits, f.full.shape());
+  if (classes < g2.size(1)) zero_(narrow(g2, 1, classes, g2.size(1) - classes));
   if (n > 0)
     naming_indices(targets, "targets", [&] {
       backend(logits).cross_entropy_backward(f.logits, f.targets, contiguous(lse), g, count,
-                                             ignore_index, reshape(glogits, f.logits.shape()));
+                                             ignore_index, narrow(g2, 1, 0, classes));
     });
   return glogits;
 }

@@ -20,11 +20,17 @@ struct CrossEntropyOutput {
 };
 // logits [..., V], targets i32/i64 [...] (logits' leading shape). A target outside [0, V)
 // that is not ignore_index throws an Error naming its position.
+//
+// num_classes (-1: all V) limits the classes to the first num_classes columns, for a
+// vocabulary padded up to a round size: only those columns enter the logsumexp, targets must
+// be below num_classes, and the padded columns get zero gradient. Contiguous logits are then
+// read in place, the first num_classes columns of each row, with no copy.
 CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets,
-                                         int64_t ignore_index = kIgnoreIndex);
+                                         int64_t ignore_index = kIgnoreIndex,
+                                         int64_t num_classes = -1);
 // dlogits, shaped like logits, for the 0-d upstream gradient gloss.
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               const Tensor& valid, const Tensor& gloss,
-                              int64_t ignore_index = kIgnoreIndex);
+                              int64_t ignore_index = kIgnoreIndex, int64_t num_classes = -1);
 
 }  // namespace tessera::ops
