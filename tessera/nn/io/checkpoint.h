@@ -1,0 +1,64 @@
+#pragma once
+// Training checkpoints (single process): one directory per step,
+//
+//   <run_dir>/checkpoints/step_00000042/
+//       model.safetensors       the model's state dict
+//       optimizer.safetensors   the optimizer's tensors (moments, master weights, ...)
+//       state.json              step, the caller's state (config, optimizer scalars, RNG
+//                               states, loader position, metadata), and for each tensor file
+//                               its size, checksum and tensor list
+//   <run_dir>/checkpoints/latest   "step_00000042": the newest complete checkpoint
+//
+// Saving writes everything into a temporary directory beside the target, fsyncs it, renames
+// it into place and only then rewrites `latest` (each step atomic, see core/file_io.h). A crash
+// at any point therefore leaves `latest` naming a complete checkpoint; leftovers of an
+// interrupted save are temporary names that readers ignore and the next save removes.
+// One process writes a run directory at a time.
+//
+// Loading validates everything it reads: a missing file, corrupt JSON, a tensor file whose
+// size, checksum or tensor list disagrees with state.json is an error naming the file.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/nn/module.h"
+
+namespace tessera::nn {
+
+struct CheckpointData {
+  int64_t step = 0;
+  StateDict model;
+  StateDict optimizer;
+  // A JSON object owned by the caller: config, optimizer scalars, RNG states, loader state,
+  // free-form metadata. Stored verbatim (numbers round-trip exactly).
+  nlohmann::json state = nlohmann::json::object();
+};
+
+// <run_dir>/checkpoints
+std::string checkpoints_dir(const std::string& run_dir);
+// "step_00000042" (at least 8 digits).
+std::string checkpoint_name(int64_t step);
+
+// Writes data.step's checkpoint and points `latest` at it; returns its directory. An existing
+// checkpoint of the same step is replaced atomically. With keep > 0, of the checkpoints older
+// than this one only the newest keep - 1 survive (deleted after the new one is published);
+// newer ones, left by a run that was resumed from an earlier step, are never touched.
+std::string save_checkpoint(const std::string& run_dir, const CheckpointData& data,
+                            int64_t keep = 0);
+
+// Reads and validates one checkpoint directory.
+CheckpointData load_checkpoint(const std::string& dir);
+
+// The checkpoint `latest` names; without a `latest` file (a crash right after the first
+// publish), the highest-step checkpoint; nullopt when the run has none. A `latest` that is
+// corrupt or names a missing directory is an error naming both.
+std::optional<std::string> find_latest_checkpoint(const std::string& run_dir);
+
+// Steps of the published checkpoints in run_dir, ascending (temporary directories excluded).
+std::vector<int64_t> list_checkpoints(const std::string& run_dir);
+
+}  // namespace tessera::nn
