@@ -1,0 +1,75 @@
+#pragma once
+// Deterministic keys for parameter init and dropout.
+//
+// A parameter's values are a pure function of (init_seed, its full name): the whole,
+// unsharded tensor is drawn from the Philox stream whose key mixes the two, starting at
+// offset 0. No draw depends on the order layers are built in, so a model with more layers,
+// another parallel layout, or a shard that slices the full tensor sees the same weights.
+//
+// A dropout mask is a pure function of (seed, step, layer, site, element index): the key
+// mixes the first four and the element index is the stream offset.
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "tessera/core/dtype.h"
+#include "tessera/core/tensor.h"
+#include "tessera/nn/gpt_config.h"
+
+namespace tessera::nn {
+
+// One round of SplitMix64 (Steele, Lea, Flood, "Fast splittable pseudorandom number
+// generators", OOPSLA'14): a bijective mixer, so distinct inputs give distinct outputs.
+uint64_t splitmix64(uint64_t x);
+// Folds the parts in order: splitmix64(splitmix64(a) ^ b) ... (order matters).
+uint64_t mix_key(std::initializer_list<uint64_t> parts);
+// The Philox key of the parameter `name` (FNV-1a of the name, mixed with init_seed).
+uint64_t param_key(uint64_t init_seed, std::string_view name);
+
+// How a layer draws a weight: N(0, std) from the stream of `key`.
+struct InitSpec {
+  uint64_t key = 0;
+  double std = 0.02;
+  DType dtype = DType::f32;
+};
+
+// The full tensor N(0, spec.std) from (spec.key, offset 0), drawn on the CPU.
+Tensor init_normal(const Shape& shape, const InitSpec& spec);
+
+// GPT-2's init: weights N(0, 0.02), and residual projections (the last linear of attention
+// and of the MLP) N(0, 0.02 / sqrt(2 * n_layer)), as each layer adds to the residual twice.
+inline constexpr double kInitStd = 0.02;
+double residual_init_std(const GPTConfig& config);
+
+// The (seed, step) every dropout site of one model reads; the model owns it and sets the step
+// before each training step.
+struct DropoutState {
+  uint64_t seed = 0;
+  int64_t step = 0;
+};
+
+// Dropout sites: the key's last part. The embedding's site sits in layer -1.
+inline constexpr int64_t kSiteAttention = 0;
+inline constexpr int64_t kSiteMlp = 1;
+inline constexpr int64_t kSiteEmbedding = 2;
+
+// What a transformer layer needs to build itself: the model's config, its block index and
+// name prefix (so each parameter's init key comes from its full name), the parameter dtype
+// and the model's dropout state.
+struct LayerContext {
+  const GPTConfig* config = nullptr;
+  int64_t layer = 0;   // block index (-1 outside the blocks); also the dropout key's layer
+  std::string prefix;  // the module's full path ending in '.', such as "h.3.attn."
+  DType dtype = DType::f32;
+  std::shared_ptr<const DropoutState> dropout;
+
+  // The context of a child module called `name`.
+  LayerContext child(const std::string& name) const;
+  // How to draw the weight `prefix + name` with standard deviation `std`.
+  InitSpec init(const std::string& name, double std) const;
+};
+
+}  // namespace tessera::nn

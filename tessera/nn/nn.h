@@ -1,0 +1,15 @@
+#pragma once
+// tessera::nn in one include: modules and layers, the GPT model and its KV cache, generation,
+// optimizers with clipping, and LR schedules.
+
+#include "tessera/nn/block.h"
+#include "tessera/nn/generate.h"
+#include "tessera/nn/gpt.h"
+#include "tessera/nn/gpt_config.h"
+#include "tessera/nn/init.h"
+#include "tessera/nn/layers.h"
+#include "tessera/nn/lr_schedule.h"
+#include "tessera/nn/module.h"
+#include "tessera/nn/optim/adamw.h"
+#include "tessera/nn/optim/optimizer.h"
+#include "tessera/nn/optim/sgd.h"

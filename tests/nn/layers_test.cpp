@@ -1,0 +1,142 @@
+// The basic layers: shapes, parameter names and layouts, init, and dropout's keying.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "nn/tiny_models.h"
+
+namespace tessera::nn {
+namespace {
+
+std::vector<std::string> names_of(const StateDict& d) {
+  std::vector<std::string> out;
+  for (const auto& [n, t] : d) out.push_back(n);
+  return out;
+}
+
+TEST(Linear, ComputesXWTransposePlusBias) {
+  Linear lin(3, 2, true, InitSpec{11, 0.5});
+  EXPECT_EQ(names_of(lin.named_parameters()), (std::vector<std::string>{"weight", "bias"}));
+  EXPECT_EQ(lin.weight().shape(), (Shape{2, 3}));
+  ops::copy_(lin.bias(), from_vector<float>({0.25f, -1.0f}, Shape{2}));
+  Tensor x = from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, Shape{2, 2, 3});
+  Tensor y = lin.forward(x);
+  ASSERT_EQ(y.shape(), (Shape{2, 2, 2}));
+  std::vector<float> w = to_vector<float>(lin.weight()), xv = to_vector<float>(x),
+                     yv = to_vector<float>(y);
+  const float b[2] = {0.25f, -1.0f};
+  for (int r = 0; r < 4; ++r)
+    for (int o = 0; o < 2; ++o) {
+      double ref = b[o];
+      for (int i = 0; i < 3; ++i) ref += double(xv[size_t(r * 3 + i)]) * w[size_t(o * 3 + i)];
+      // Three f32 products of O(10) values: round-off ~1e-6 relative.
+      EXPECT_NEAR(yv[size_t(r * 2 + o)], ref, 1e-5 * (1 + std::abs(ref)));
+    }
+  Linear no_bias(3, 2, false, InitSpec{11, 0.5});
+  EXPECT_EQ(names_of(no_bias.named_parameters()), (std::vector<std::string>{"weight"}));
+  EXPECT_FALSE(no_bias.bias().defined());
+  // Same key, same weight: the draw depends on the key only.
+  EXPECT_EQ(to_vector<float>(no_bias.weight()), w);
+}
+
+TEST(Embedding, PaddedRowsStartAtZero) {
+  Embedding emb(8, 4, InitSpec{3, 1.0}, 5);
+  std::vector<float> w = to_vector<float>(emb.weight());
+  for (size_t i = 0; i < 20; ++i) EXPECT_NE(w[i], 0.0f) << i;
+  for (size_t i = 20; i < 32; ++i) EXPECT_EQ(w[i], 0.0f) << i;
+  Tensor out = emb.forward(from_vector<int64_t>({4, 0, 4}, Shape{3}));
+  ASSERT_EQ(out.shape(), (Shape{3, 4}));
+  std::vector<float> o = to_vector<float>(out);
+  for (size_t c = 0; c < 4; ++c) {
+    EXPECT_EQ(o[c], w[16 + c]);
+    EXPECT_EQ(o[4 + c], w[c]);
+  }
+  EXPECT_THROW(emb.forward(from_vector<int64_t>({8}, Shape{1})), Error);
+  EXPECT_THROW(Embedding(8, 4, InitSpec{}, 9), Error);
+}
+
+TEST(Norms, NamesAndInitialValues) {
+  LayerNorm ln(6, true, 1e-5);
+  EXPECT_EQ(names_of(ln.named_parameters()), (std::vector<std::string>{"weight", "bias"}));
+  EXPECT_EQ(to_vector<float>(ln.named_parameters()[0].second), std::vector<float>(6, 1.0f));
+  EXPECT_EQ(to_vector<float>(ln.named_parameters()[1].second), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(names_of(LayerNorm(6, false, 1e-5).named_parameters()),
+            (std::vector<std::string>{"weight"}));
+  RMSNorm rms(6, 1e-5);
+  EXPECT_EQ(names_of(rms.named_parameters()), (std::vector<std::string>{"weight"}));
+  // RMSNorm of a constant row with unit weight is 1 everywhere (eps shifts it by ~5e-6).
+  std::vector<float> y = to_vector<float>(rms.forward(full(Shape{2, 6}, 3.0)));
+  for (float v : y) EXPECT_NEAR(v, 1.0f, 1e-5f);
+  EXPECT_THROW(LayerNorm(0, true, 1e-5), Error);
+  EXPECT_THROW(RMSNorm(4, 0.0), Error);
+}
+
+TEST(Init, NormalStatisticsAndKeys) {
+  // 2^20 draws: the sample std of N(0, 0.02) is within 0.02 * 3 / sqrt(2 * 2^20) ~ 4e-5 of
+  // 0.02 at three sigma, and the mean within 0.02 * 3 / 2^10 ~ 6e-5 of 0.
+  Tensor w = init_normal(Shape{1024, 1024}, InitSpec{param_key(5, "x.weight"), 0.02});
+  const double mean = ops::mean(w).item<double>();
+  const double var = ops::mean(ops::mul(w, w)).item<double>() - mean * mean;
+  EXPECT_NEAR(mean, 0.0, 6e-5);
+  EXPECT_NEAR(std::sqrt(var), 0.02, 4e-5);
+  EXPECT_NE(param_key(5, "x.weight"), param_key(5, "y.weight"));
+  EXPECT_NE(param_key(5, "x.weight"), param_key(6, "x.weight"));
+  EXPECT_NE(mix_key({1, 2}), mix_key({2, 1}));
+}
+
+TEST(Dropout, TrainingDropsAndScalesEvalIsIdentity) {
+  auto state = std::make_shared<DropoutState>();
+  state->seed = 99;
+  Dropout drop(0.25, state, 3, kSiteMlp);
+  Tensor x = ones(Shape{64, 1000});
+  std::vector<float> y = to_vector<float>(drop.forward(x));
+  int64_t zeros_seen = 0;
+  for (float v : y) {
+    if (v == 0.0f)
+      ++zeros_seen;
+    else
+      EXPECT_FLOAT_EQ(v, 1.0f / 0.75f);
+  }
+  // 64000 Bernoulli(0.25) draws: std sqrt(64000 * 0.25 * 0.75) ~ 110; 5 sigma is 550.
+  EXPECT_NEAR(double(zeros_seen), 16000.0, 550.0);
+  drop.eval();
+  EXPECT_TRUE(drop.forward(x).is_same(x));
+}
+
+TEST(Dropout, MaskDependsOnSeedStepLayerAndSiteOnly) {
+  auto state = std::make_shared<DropoutState>();
+  state->seed = 5;
+  state->step = 10;
+  Tensor x = ones(Shape{4, 257});
+  auto mask = [&](int64_t layer, int64_t site) {
+    return to_vector<float>(Dropout(0.5, state, layer, site).forward(x));
+  };
+  const std::vector<float> base = mask(1, kSiteAttention);
+  EXPECT_EQ(mask(1, kSiteAttention), base);  // another module with the same key
+  const int saved = num_threads();
+  set_num_threads(1);
+  EXPECT_EQ(mask(1, kSiteAttention), base);  // any thread count
+  set_num_threads(saved);
+  EXPECT_NE(mask(2, kSiteAttention), base);
+  EXPECT_NE(mask(1, kSiteMlp), base);
+  state->step = 11;
+  EXPECT_NE(mask(1, kSiteAttention), base);
+  state->step = 10;
+  state->seed = 6;
+  EXPECT_NE(mask(1, kSiteAttention), base);
+  EXPECT_THROW(Dropout(1.0, state, 0, 0), Error);
+  EXPECT_THROW(Dropout(0.1, nullptr, 0, 0), Error);
+}
+
+TEST(ModuleList, NamesChildrenByIndex) {
+  ModuleList list;
+  list.append(std::make_shared<Linear>(2, 2, false, InitSpec{}));
+  list.append(std::make_shared<Linear>(2, 3, true, InitSpec{}));
+  EXPECT_EQ(list.size(), 2);
+  EXPECT_EQ(names_of(list.named_parameters()),
+            (std::vector<std::string>{"0.weight", "1.weight", "1.bias"}));
+}
+
+}  // namespace
+}  // namespace tessera::nn
