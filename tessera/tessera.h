@@ -1,5 +1,6 @@
 #pragma once
-// Tessera's public API in one include: tensors, the differentiable ops, autograd.
+// Tessera's public API in one include: tensors, the differentiable ops, autograd, data
+// (shards, loader, tokenizers) and nn (modules, GPT, optimizers, checkpoints, import/export).
 //
 //   tessera::Tensor x = tessera::randn({4, 8}, gen);
 //   x.set_requires_grad(true);
@@ -13,6 +14,7 @@
 #include "tessera/core/device.h"
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
+#include "tessera/core/file_io.h"
 #include "tessera/core/ops/attention.h"
 #include "tessera/core/ops/compare.h"
 #include "tessera/core/ops/creation.h"
@@ -43,3 +45,13 @@
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/autograd/gradcheck.h"
 #include "tessera/autograd/node.h"
+
+#include "tessera/data/bpe_tokenizer.h"
+#include "tessera/data/gpt2_tokenizer.h"
+#include "tessera/data/load_tokenizer.h"
+#include "tessera/data/loader.h"
+#include "tessera/data/prepare.h"
+#include "tessera/data/token_shard.h"
+#include "tessera/data/tokenizer.h"
+
+#include "tessera/nn/nn.h"

@@ -1,0 +1,152 @@
+// The tessera binary: exit codes, one-line errors, Ctrl-C checkpointing, generate and ckpt.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "tools/tools_test_util.h"
+
+extern char** environ;
+
+namespace tessera::cli::testing {
+namespace {
+
+struct Spawned {
+  pid_t pid;
+  std::string out, err;  // paths of the captured streams
+};
+
+Spawned spawn_cli(const std::vector<std::string>& args, const ScratchDir& dir,
+                  const std::string& tag) {
+  Spawned s{0, dir / (tag + ".out"), dir / (tag + ".err")};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, s.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, s.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<std::string> full = {TESSERA_CLI_PATH};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int rc = posix_spawn(&s.pid, TESSERA_CLI_PATH, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw Error("posix_spawn failed for " + std::string(TESSERA_CLI_PATH));
+  return s;
+}
+
+int wait_exit(const Spawned& s) {
+  int status = 0;
+  waitpid(s.pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+Result run_cli(const std::vector<std::string>& args, const ScratchDir& dir,
+               const std::string& tag = "run") {
+  Spawned s = spawn_cli(args, dir, tag);
+  int code = wait_exit(s);
+  return {code, read_text_file(s.out), read_text_file(s.err)};
+}
+
+int count_lines(const std::string& s) {
+  return int(std::count(s.begin(), s.end(), '\n'));
+}
+
+TEST(Cli, BadFlagsGiveOneLineAndNonZeroExit) {
+  ScratchDir dir;
+  Result unknown = run_cli({"train", "--no-such-flag", "1"}, dir);
+  EXPECT_NE(unknown.code, 0);
+  EXPECT_EQ(count_lines(unknown.err), 1) << unknown.err;
+  EXPECT_EQ(unknown.err.rfind("tessera: error:", 0), 0u) << unknown.err;
+
+  Result typed = run_cli({"train", "--train-data", "x.bin", "--batch-size", "many"}, dir);
+  EXPECT_EQ(typed.code, 1);
+  EXPECT_EQ(count_lines(typed.err), 1) << typed.err;
+  EXPECT_NE(typed.err.find("--batch-size"), std::string::npos) << typed.err;
+
+  Result missing = run_cli({"train", "--train-data", dir / "nothing_*.bin"}, dir);
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_EQ(count_lines(missing.err), 1) << missing.err;
+
+  write_file_atomic(dir / "bad.json", std::string("{\"lr\": 1e-3, \"bogus\": 2}"));
+  Result config = run_cli({"train", "--config", dir / "bad.json"}, dir);
+  EXPECT_EQ(config.code, 1);
+  EXPECT_NE(config.err.find("bogus"), std::string::npos) << config.err;
+
+  Result model = run_cli({"generate", "--model", dir / "no_such_run"}, dir);
+  EXPECT_EQ(model.code, 1);
+  EXPECT_EQ(count_lines(model.err), 1) << model.err;
+}
+
+TEST(Cli, CtrlCCheckpointsAndTheSameCommandResumes) {
+  ScratchDir dir;
+  write_corpus_shards(dir);
+  std::vector<std::string> args = {
+      "train",
+      "--train-data",
+      dir / "data/data_train_*.bin",
+      "--run-dir",
+      dir / "run",
+      "--model",
+      R"({"n_layer": 2, "n_head": 2, "n_kv_head": 2, "n_embd": 32, "block_size": 32})",
+      "--batch-size",
+      "4",
+      "--seq-len",
+      "16",
+      "--max-steps",
+      "100000",
+      "--threads",
+      "1",
+      "--log-every",
+      "1000"};
+  Spawned s = spawn_cli(args, dir, "train");
+  // Wait until a few steps are logged, then interrupt.
+  std::string metrics = dir / "run/metrics.jsonl";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(metrics);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    if (count_lines(text) >= 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(s.pid, SIGINT);
+  int code = wait_exit(s);
+  std::string out = read_text_file(s.out);
+  EXPECT_EQ(code, 130) << read_text_file(s.err);
+  ASSERT_NE(out.find("interrupted after step"), std::string::npos) << out;
+  std::optional<std::string> latest = nn::find_latest_checkpoint(dir / "run");
+  ASSERT_TRUE(latest.has_value());
+  int64_t stopped = nn::load_checkpoint(*latest).step;
+  EXPECT_GE(stopped, 3);
+
+  // Rerunning the command (here with a near end) resumes from that checkpoint.
+  args[args.size() - 5] = std::to_string(stopped + 2);  // --max-steps
+  Result again = run_cli(args, dir, "again");
+  EXPECT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.out.find("resuming from"), std::string::npos) << again.out;
+  EXPECT_EQ(nn::load_checkpoint(*nn::find_latest_checkpoint(dir / "run")).step, stopped + 2);
+
+  // generate and ckpt work on the run.
+  Result gen = run_cli({"generate", "--model", dir / "run", "--prompt", "line 1",
+                        "--max-new-tokens", "12", "--temperature", "0"},
+                       dir, "gen");
+  EXPECT_EQ(gen.code, 0) << gen.err;
+  EXPECT_EQ(gen.out.rfind("line 1", 0), 0u) << gen.out;
+  EXPECT_GE(gen.out.size(), 12u + 6u);
+  Result ins = run_cli({"ckpt", "inspect", dir / "run"}, dir, "inspect");
+  EXPECT_EQ(ins.code, 0) << ins.err;
+  EXPECT_NE(ins.out.find("step: " + std::to_string(stopped + 2)), std::string::npos) << ins.out;
+}
+
+}  // namespace
+}  // namespace tessera::cli::testing

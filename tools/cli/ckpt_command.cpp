@@ -1,0 +1,86 @@
+// `tessera ckpt`: inspect a run, checkpoint or weights file; convert between formats.
+
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/model_loading.h"
+#include "tessera/tessera.h"
+
+namespace tessera::cli {
+
+namespace {
+
+const char* kind_name(ModelSourceKind k) {
+  switch (k) {
+    case ModelSourceKind::run_dir:
+      return "run directory";
+    case ModelSourceKind::checkpoint:
+      return "checkpoint";
+    case ModelSourceKind::hf_gpt2:
+      return "Hugging Face GPT-2 weights";
+    case ModelSourceKind::llmc:
+      return "llm.c model file";
+  }
+  return "?";
+}
+
+void inspect(const std::string& spec, int64_t n_head) {
+  LoadedModel m = load_model(spec, n_head);
+  std::cout << "source: " << kind_name(m.kind) << " " << m.path << "\n";
+  if (m.kind == ModelSourceKind::run_dir || m.kind == ModelSourceKind::checkpoint)
+    std::cout << "step: " << m.step << "\n";
+  std::cout << "model: " << m.config.to_json().dump() << "\n"
+            << "parameters: " << m.model->num_parameters() << "\n";
+  if (m.state.contains("options")) std::cout << "options: " << m.state["options"].dump() << "\n";
+  if (m.state.contains("loader")) std::cout << "loader: " << m.state["loader"].dump() << "\n";
+  for (const auto& [name, t] : m.model->named_parameters())
+    std::cout << "  " << name << " " << t.describe() << "\n";
+}
+
+void convert(const std::string& spec, const std::string& to, const std::string& output, bool bf16,
+             int64_t n_head) {
+  LoadedModel m = load_model(spec, n_head);
+  nn::StateDict weights = m.model->state_dict();
+  if (to == "hf") {
+    nn::export_hf_gpt2(output, weights, m.config);
+  } else if (to == "llmc") {
+    nn::export_llmc_gpt2(output, weights, m.config,
+                         bf16 ? nn::LlmcPrecision::bf16 : nn::LlmcPrecision::fp32);
+  } else if (to == "safetensors") {
+    nn::write_safetensors(output, weights,
+                          {{"format", "pt"}, {"tessera_config", m.config.to_json().dump()}});
+  } else {
+    detail::throw_error("ckpt convert: --to must be hf, llmc or safetensors, got '", to, "'");
+  }
+  std::cout << "ckpt: wrote " << output << " (" << to << ", " << m.model->num_parameters()
+            << " parameters)\n";
+}
+
+}  // namespace
+
+void add_ckpt_command(CLI::App& app) {
+  struct Flags {
+    std::string spec, to, output;
+    bool bf16 = false;
+    int64_t n_head = 0;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand("ckpt", "Inspect or convert checkpoints and weights");
+  cmd->require_subcommand(1);
+  CLI::App* ins = cmd->add_subcommand("inspect", "Print a model's config, step and tensors");
+  ins->add_option("model", f->spec, "run dir, checkpoint dir, HF weights or llm.c .bin")
+      ->required();
+  ins->add_option("--n-head", f->n_head, "heads of HF weights without a config.json");
+  ins->callback([f] { inspect(f->spec, f->n_head); });
+  CLI::App* conv = cmd->add_subcommand("convert", "Write a model in another format");
+  conv->add_option("model", f->spec, "run dir, checkpoint dir, HF weights or llm.c .bin")
+      ->required();
+  conv->add_option("--to", f->to, "hf (folder for transformers), llmc (.bin) or safetensors")
+      ->required();
+  conv->add_option("--output", f->output, "output path")->required();
+  conv->add_flag("--bf16", f->bf16, "llmc: write bf16 weights (version 5)");
+  conv->add_option("--n-head", f->n_head, "heads of HF weights without a config.json");
+  conv->callback([f] { convert(f->spec, f->to, f->output, f->bf16, f->n_head); });
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,18 @@
+#pragma once
+// The subcommands of the `tessera` program. Each add_* registers its flags on the app and a
+// callback that runs it; errors propagate as tessera::Error and main() prints them.
+
+#include <CLI/CLI.hpp>
+
+namespace tessera::cli {
+
+// The exit code a subcommand asks for (train returns 130 after an interrupt).
+int& exit_code();
+
+void add_train_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+void add_prepare_command(CLI::App& app);
+void add_tokenizer_command(CLI::App& app);
+void add_ckpt_command(CLI::App& app);
+
+}  // namespace tessera::cli

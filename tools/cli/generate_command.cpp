@@ -1,0 +1,81 @@
+// `tessera generate`: sample text from a run, a checkpoint, HF GPT-2 weights or an llm.c file.
+
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/model_loading.h"
+#include "tessera/tessera.h"
+
+namespace tessera::cli {
+
+namespace {
+
+struct GenerateFlags {
+  std::string model, tokenizer, prompt = "\n";
+  int64_t max_new_tokens = 200, top_k = 40, num_samples = 1, n_head = 0;
+  double temperature = 0.8, top_p = 1.0;
+  uint64_t seed = 0;
+  int threads = 0;
+  bool no_cache = false;
+};
+
+void run_generate(const GenerateFlags& f) {
+  if (f.threads > 0) set_num_threads(f.threads);
+  LoadedModel loaded = load_model(f.model, f.n_head);
+  std::string tok_spec = !f.tokenizer.empty() ? f.tokenizer : loaded.tokenizer;
+  TESSERA_CHECK(!tok_spec.empty(), "generate: --tokenizer is required for ", f.model,
+                " (it does not record one); for GPT-2 weights pass a folder with encoder.json and "
+                "vocab.bpe");
+  std::unique_ptr<data::Tokenizer> tokenizer = data::load_tokenizer(tok_spec);
+  TESSERA_CHECK(tokenizer->vocab_size() <= loaded.config.vocab_size, "generate: the tokenizer has ",
+                tokenizer->vocab_size(), " ids but the model's vocab_size is ",
+                loaded.config.vocab_size);
+  std::vector<int32_t> prompt = tokenizer->encode(f.prompt);
+  TESSERA_CHECK(!prompt.empty(), "generate: the prompt encodes to no tokens; pass --prompt");
+  int64_t room = loaded.config.block_size - int64_t(prompt.size());
+  TESSERA_CHECK(room > 0, "generate: the prompt (", prompt.size(),
+                " tokens) fills the model's context of ", loaded.config.block_size);
+  int64_t n = std::min(f.max_new_tokens, room);
+  std::vector<int64_t> ids(prompt.begin(), prompt.end());
+  std::cerr << "generate: " << loaded.path << " (" << loaded.model->num_parameters()
+            << " parameters), " << n << " new tokens per sample\n";
+  for (int64_t i = 0; i < f.num_samples; ++i) {
+    nn::GenerateOptions g;
+    g.max_new_tokens = n;
+    g.use_cache = !f.no_cache;
+    g.sampling.temperature = f.temperature;
+    g.sampling.top_k = f.top_k;
+    g.sampling.top_p = f.top_p;
+    g.sampling.seed = f.seed + uint64_t(i);
+    Tensor out =
+        nn::generate(*loaded.model, from_vector<int64_t>(ids, {1, int64_t(ids.size())}), g);
+    std::vector<int64_t> all = to_vector<int64_t>(out);
+    std::vector<int32_t> tokens(all.begin(), all.end());
+    if (f.num_samples > 1) std::cout << "--- sample " << i + 1 << " ---\n";
+    std::cout << tokenizer->decode(tokens) << "\n";
+  }
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto f = std::make_shared<GenerateFlags>();
+  CLI::App* cmd = app.add_subcommand("generate", "Sample text from a trained or imported model");
+  cmd->add_option("--model", f->model,
+                  "a run directory, a checkpoint directory, HF GPT-2 weights or an llm.c .bin")
+      ->required();
+  cmd->add_option("--tokenizer", f->tokenizer, "tokenizer (default: the one the run trained with)");
+  cmd->add_option("--prompt", f->prompt, "text to continue");
+  cmd->add_option("--max-new-tokens", f->max_new_tokens, "tokens to generate per sample");
+  cmd->add_option("--temperature", f->temperature, "0 is greedy");
+  cmd->add_option("--top-k", f->top_k, "keep the k most likely tokens (0: all)");
+  cmd->add_option("--top-p", f->top_p, "nucleus sampling threshold (1: off)");
+  cmd->add_option("--seed", f->seed, "sampling seed");
+  cmd->add_option("--num-samples", f->num_samples, "samples to print");
+  cmd->add_option("--n-head", f->n_head, "heads of HF weights without a config.json");
+  cmd->add_option("--threads", f->threads, "CPU threads (0: all)");
+  cmd->add_flag("--no-cache", f->no_cache, "recompute the sequence for every token");
+  cmd->callback([f] { run_generate(*f); });
+}
+
+}  // namespace tessera::cli

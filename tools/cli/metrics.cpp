@@ -1,0 +1,112 @@
+#include "cli/metrics.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "tessera/core/error.h"
+#include "tessera/core/file_io.h"
+#include "tessera/nn/gpt.h"
+
+namespace tessera::cli {
+
+nlohmann::json StepMetrics::to_json() const {
+  nlohmann::json j = {{"step", step},
+                      {"loss", loss},
+                      {"lr", lr},
+                      {"grad_norm", grad_norm},
+                      {"ms", ms},
+                      {"tokens_per_s", tokens_per_s},
+                      {"mfu", mfu},
+                      {"live_bytes", live_bytes},
+                      {"peak_bytes", peak_bytes},
+                      {"rss_bytes", rss_bytes}};
+  if (val_loss) j["val_loss"] = *val_loss;
+  return j;
+}
+
+std::string StepMetrics::console_line(int64_t max_steps) const {
+  char buf[256];
+  int width = int(std::to_string(max_steps).size());
+  std::snprintf(buf, sizeof buf,
+                "step %*lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f tok/s | "
+                "MFU %5.1f%% | mem %.2f GiB (rss %.2f GiB)",
+                width, (long long)step, (long long)max_steps, loss, lr, grad_norm, ms, tokens_per_s,
+                100.0 * mfu, double(live_bytes) / (1 << 30), double(rss_bytes) / (1 << 30));
+  std::string line = buf;
+  if (val_loss) {
+    std::snprintf(buf, sizeof buf, " | val %.4f", *val_loss);
+    line += buf;
+  }
+  return line;
+}
+
+double flops_per_token(const nn::GPTConfig& config, int64_t seq_len) {
+  double n = double(nn::GPT::count_parameters(config));
+  if (config.position == nn::PositionKind::learned)
+    n -= double(config.block_size) * double(config.n_embd);
+  return 6.0 * n + 12.0 * double(config.n_layer) * double(config.n_embd) * double(seq_len);
+}
+
+double cpu_peak_gflops(int threads, std::string* description) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, flags;
+  double mhz = 0;
+  while (std::getline(in, line)) {
+    if (mhz == 0 && line.rfind("cpu MHz", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) mhz = std::atof(line.c_str() + colon + 1);
+    }
+    if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
+  }
+  auto has = [&](const char* f) { return flags.find(std::string(" ") + f) != std::string::npos; };
+  int per_cycle = has("avx512f") ? 64 : (has("avx2") && has("fma")) ? 32 : 8;
+  const char* isa = per_cycle == 64 ? "AVX-512 FMA" : per_cycle == 32 ? "AVX2 FMA" : "scalar";
+  if (mhz <= 0) mhz = 2000;  // no cpuinfo: say so below
+  double peak = threads * mhz / 1000.0 * per_cycle;
+  if (description) {
+    std::ostringstream os;
+    os.precision(3);
+    os << peak << " GFLOP/s (" << threads << " cores x " << mhz / 1000.0 << " GHz x " << per_cycle
+       << " fp32 FLOP/cycle, " << isa << ")";
+    *description = os.str();
+  }
+  return peak;
+}
+
+int64_t process_rss_bytes() {
+  std::ifstream in("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  in >> pages >> resident;
+  return resident * int64_t(::sysconf(_SC_PAGESIZE));
+}
+
+MetricsLog::MetricsLog(const std::string& path) : path_(path), out_(path, std::ios::app) {
+  TESSERA_CHECK(out_.good(), "cannot open the metrics log ", path, " for appending");
+}
+
+void MetricsLog::append(const nlohmann::json& record) {
+  out_ << record.dump() << '\n';
+  out_.flush();
+  TESSERA_CHECK(out_.good(), "writing the metrics log ", path_, " failed");
+}
+
+void MetricsLog::truncate_after(const std::string& path, int64_t step) {
+  if (!std::filesystem::exists(path)) return;
+  std::istringstream in(read_text_file(path));
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    // A torn last line (a crash mid-write) or a later step is dropped.
+    if (j.is_discarded() || !j.contains("step") || !j["step"].is_number_integer()) continue;
+    if (j["step"].get<int64_t>() > step) continue;
+    kept += line + '\n';
+  }
+  write_file_atomic(path, kept);
+}
+
+}  // namespace tessera::cli

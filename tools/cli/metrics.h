@@ -1,0 +1,58 @@
+#pragma once
+// Training metrics: the per-step record, its console line and JSONL form, model FLOPs for MFU,
+// the CPU's nominal peak, and process memory.
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/nn/gpt_config.h"
+
+namespace tessera::cli {
+
+struct StepMetrics {
+  int64_t step = 0;  // 1-based: the number of optimizer steps taken
+  double loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  double ms = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;          // fraction of the stated peak
+  int64_t live_bytes = 0;  // tensor memory in use (the device allocator)
+  int64_t peak_bytes = 0;  // its high-water mark
+  int64_t rss_bytes = 0;   // the process's resident set
+  std::optional<double> val_loss;
+
+  nlohmann::json to_json() const;
+  std::string console_line(int64_t max_steps) const;
+};
+
+// Training FLOPs per token, nanoGPT's estimate: 6 * N + 12 * L * C * T, with N the parameters
+// that take part in matmuls (all but the position embedding) and T the sequence length.
+double flops_per_token(const nn::GPTConfig& config, int64_t seq_len);
+
+// The nominal fp32 peak of `threads` cores of this CPU in GFLOP/s: GHz (from /proc/cpuinfo)
+// times FLOPs per cycle (64 with AVX-512 FMA, 32 with AVX2 FMA, 8 otherwise). *description
+// receives how it was computed, for the startup banner.
+double cpu_peak_gflops(int threads, std::string* description);
+
+int64_t process_rss_bytes();
+
+// An append-only JSONL file: one object per line, flushed after each, so a crash loses at
+// most the line being written. truncate_after() rewrites it (atomically) without the lines of
+// steps after `step`, which a resumed run is about to redo.
+class MetricsLog {
+ public:
+  explicit MetricsLog(const std::string& path);
+  void append(const nlohmann::json& record);
+  static void truncate_after(const std::string& path, int64_t step);
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace tessera::cli

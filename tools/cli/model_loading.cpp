@@ -1,0 +1,68 @@
+#include "cli/model_loading.h"
+
+#include <filesystem>
+
+#include "tessera/core/error.h"
+#include "tessera/nn/io/checkpoint.h"
+#include "tessera/nn/io/hf_gpt2.h"
+#include "tessera/nn/io/llmc.h"
+
+namespace tessera::cli {
+
+namespace fs = std::filesystem;
+
+ModelSourceKind detect_model_source(const std::string& spec) {
+  fs::path p(spec);
+  TESSERA_CHECK(fs::exists(p), "model: ", spec, " does not exist");
+  if (fs::is_directory(p)) {
+    if (fs::exists(p / "checkpoints")) return ModelSourceKind::run_dir;
+    if (fs::exists(p / "state.json")) return ModelSourceKind::checkpoint;
+    if (fs::exists(p / "model.safetensors")) return ModelSourceKind::hf_gpt2;
+  } else {
+    if (p.extension() == ".bin") return ModelSourceKind::llmc;
+    if (p.extension() == ".safetensors") return ModelSourceKind::hf_gpt2;
+  }
+  detail::throw_error("model: ", spec, " is neither a run directory (with checkpoints/), a ",
+                      "checkpoint directory (with state.json), Hugging Face GPT-2 weights ",
+                      "(model.safetensors or its folder) nor an llm.c model .bin");
+}
+
+nn::StateDict import_weights(const std::string& spec, nn::GPTConfig* config, int64_t n_head) {
+  ModelSourceKind kind = detect_model_source(spec);
+  if (kind == ModelSourceKind::llmc) return nn::import_llmc_gpt2(spec, config);
+  TESSERA_CHECK(kind == ModelSourceKind::hf_gpt2, "model: ", spec,
+                " is a Tessera run or checkpoint, not HF or llm.c weights");
+  nn::HfGpt2Options options;
+  options.n_head = n_head;
+  return nn::import_hf_gpt2(spec, config, options);
+}
+
+LoadedModel load_model(const std::string& spec, int64_t n_head) {
+  LoadedModel out;
+  out.kind = detect_model_source(spec);
+  out.path = spec;
+  if (out.kind == ModelSourceKind::hf_gpt2 || out.kind == ModelSourceKind::llmc) {
+    nn::StateDict weights = import_weights(spec, &out.config, n_head);
+    out.model = std::make_unique<nn::GPT>(out.config);
+    out.model->load_state_dict(weights);
+    return out;
+  }
+  if (out.kind == ModelSourceKind::run_dir) {
+    std::optional<std::string> latest = nn::find_latest_checkpoint(spec);
+    TESSERA_CHECK(latest.has_value(), "model: run directory ", spec, " has no checkpoint yet");
+    out.path = *latest;
+  }
+  nn::CheckpointData data = nn::load_checkpoint(out.path);
+  TESSERA_CHECK(data.state.contains("model_config"), "model: ", out.path,
+                "/state.json has no model_config (not written by tessera train?)");
+  out.config = nn::GPTConfig::from_json(data.state["model_config"]);
+  out.step = data.step;
+  if (data.state.contains("options") && data.state["options"].contains("tokenizer"))
+    out.tokenizer = data.state["options"]["tokenizer"].get<std::string>();
+  out.state = data.state;
+  out.model = std::make_unique<nn::GPT>(out.config);
+  out.model->load_state_dict(data.model);
+  return out;
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,34 @@
+#pragma once
+// Finding a model on disk: a run directory (its latest checkpoint), one checkpoint directory,
+// Hugging Face GPT-2 weights (model.safetensors or its folder), or an llm.c model .bin.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/nn/gpt.h"
+
+namespace tessera::cli {
+
+enum class ModelSourceKind { run_dir, checkpoint, hf_gpt2, llmc };
+
+struct LoadedModel {
+  std::unique_ptr<nn::GPT> model;
+  nn::GPTConfig config;
+  ModelSourceKind kind = ModelSourceKind::checkpoint;
+  std::string path;       // the checkpoint directory or weights file actually read
+  int64_t step = 0;       // for checkpoints
+  std::string tokenizer;  // from a checkpoint's training options, else ""
+  nlohmann::json state;   // a checkpoint's state.json contents, else empty
+};
+
+// What `spec` is; throws naming the path when it is none of the four.
+ModelSourceKind detect_model_source(const std::string& spec);
+// Builds the model and loads its weights. n_head applies to HF files without a config.json.
+LoadedModel load_model(const std::string& spec, int64_t n_head = 0);
+// The weights of an HF or llm.c file with the config they imply (no model built).
+nn::StateDict import_weights(const std::string& spec, nn::GPTConfig* config, int64_t n_head = 0);
+
+}  // namespace tessera::cli

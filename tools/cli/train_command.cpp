@@ -1,0 +1,148 @@
+// `tessera train`: every TrainOptions field is a flag (--batch-size for batch_size, ...);
+// --config loads a JSON file first and flags given on the command line override it.
+
+#include <csignal>
+#include <iostream>
+#include <map>
+
+#include "cli/commands.h"
+#include "cli/trainer.h"
+#include "tessera/core/error.h"
+#include "tessera/core/file_io.h"
+
+namespace tessera::cli {
+
+int& exit_code() {
+  static int code = 0;
+  return code;
+}
+
+namespace {
+
+const std::map<std::string, std::string>& flag_help() {
+  static const std::map<std::string, std::string> help = {
+      {"init_from",
+       "start from these weights: HF GPT-2 safetensors (file or folder) or an llm.c .bin"},
+      {"train_data", "training shards: a .bin file, a folder or a glob (see tessera prepare)"},
+      {"val_data", "validation shards (evaluated every --eval-every steps and at the end)"},
+      {"tokenizer", "byte, a tokenizer .json from `tessera tokenizer train`, or a GPT-2 folder"},
+      {"batch_size", "sequences per micro-batch (B)"},
+      {"seq_len", "tokens per sequence (T)"},
+      {"grad_accum", "micro-batches per optimizer step"},
+      {"max_steps", "optimizer steps to train for"},
+      {"optimizer", "adamw or sgd"},
+      {"lr", "peak learning rate"},
+      {"min_lr_ratio", "final lr as a fraction of --lr (cosine, wsd)"},
+      {"warmup_steps", "linear warmup steps"},
+      {"schedule", "cosine, wsd or constant (after warmup)"},
+      {"decay_fraction", "wsd: share of steps spent decaying"},
+      {"weight_decay", "decoupled weight decay on matrices (none on biases, norms, 1-D)"},
+      {"beta1", "AdamW beta1"},
+      {"beta2", "AdamW beta2"},
+      {"eps", "AdamW epsilon"},
+      {"momentum", "SGD momentum"},
+      {"grad_clip", "clip the global gradient norm to this (<= 0: off)"},
+      {"eval_every", "validation every N steps (0: at the end only)"},
+      {"eval_batches", "validation batches per evaluation"},
+      {"log_every", "print every N steps (the JSONL log gets every step)"},
+      {"checkpoint_every", "checkpoint every N steps (0: at the end only)"},
+      {"keep_checkpoints", "checkpoints to keep (0: all)"},
+      {"run_dir", "where config.json, metrics.jsonl and checkpoints/ go"},
+      {"resume", "auto (continue from the run's latest checkpoint) or never"},
+      {"seed", "seed of the data order and dropout masks"},
+      {"threads", "CPU threads (0: all cores)"},
+      {"device", "cpu"},
+      {"peak_gflops", "peak for MFU (0: this CPU's nominal fp32 peak)"},
+      {"sample_tokens", "tokens to sample after training (0: none)"},
+      {"sample_prompt", "prompt for the samples"},
+      {"sample_temperature", "sampling temperature"},
+      {"sample_top_k", "sampling top-k (0: all)"},
+      {"num_samples", "samples to print"},
+  };
+  return help;
+}
+
+std::string flag_name(const std::string& key) {
+  std::string s = "--" + key;
+  for (char& c : s)
+    if (c == '_') c = '-';
+  return s;
+}
+
+// Converts a flag's text to the JSON type its default has.
+nlohmann::json typed_value(const std::string& key, const std::string& text,
+                           const nlohmann::json& like) {
+  try {
+    size_t used = 0;
+    if (like.is_number_integer() || like.is_number_unsigned()) {
+      long long v = std::stoll(text, &used);
+      if (used == text.size()) return v;
+    } else if (like.is_number_float()) {
+      double v = std::stod(text, &used);
+      if (used == text.size()) return v;
+    } else {
+      return text;
+    }
+  } catch (const std::exception&) {
+  }
+  detail::throw_error("train: ", flag_name(key), " expects ",
+                      like.is_number_float() ? "a number" : "an integer", ", got '", text, "'");
+}
+
+void handle_sigint(int) {
+  Trainer::request_stop();
+}
+
+struct TrainFlags {
+  std::string config_path, preset, model_json;
+  std::map<std::string, std::string> values;
+};
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto flags = std::make_shared<TrainFlags>();
+  CLI::App* cmd = app.add_subcommand("train", "Train a GPT model (Ctrl-C checkpoints and stops)");
+  cmd->add_option("--config", flags->config_path, "JSON file of options; flags override it");
+  cmd->add_option("--preset", flags->preset,
+                  "model preset: gpt2-tiny, gpt2-d12, gpt2-d24, gpt2-d36, gpt2-d48, llama-tiny, "
+                  "llama-d12");
+  cmd->add_option("--model", flags->model_json,
+                  "JSON object of model config overrides, e.g. '{\"n_layer\": 6}'");
+  nlohmann::json defaults = TrainOptions().to_json();
+  for (const auto& [key, value] : defaults.items()) {
+    if (key == "model") continue;
+    auto it = flag_help().find(key);
+    cmd->add_option(flag_name(key), flags->values[key], it != flag_help().end() ? it->second : "");
+  }
+  cmd->callback([flags, cmd, defaults] {
+    TrainOptions options;
+    if (!flags->config_path.empty()) {
+      nlohmann::json j = nlohmann::json::parse(read_text_file(flags->config_path), nullptr, false);
+      TESSERA_CHECK(!j.is_discarded(), "train: ", flags->config_path, " is not valid JSON");
+      options.update_from_json(j);
+    }
+    nlohmann::json given = nlohmann::json::object();
+    for (const auto& [key, text] : flags->values)
+      if (cmd->count(flag_name(key)) > 0) given[key] = typed_value(key, text, defaults[key]);
+    if (!flags->preset.empty() || !flags->model_json.empty()) {
+      nlohmann::json model = nlohmann::json::object();
+      if (!flags->model_json.empty()) {
+        model = nlohmann::json::parse(flags->model_json, nullptr, false);
+        TESSERA_CHECK(model.is_object(), "train: --model must be a JSON object, got '",
+                      flags->model_json, "'");
+      }
+      if (!flags->preset.empty()) model["preset"] = flags->preset;
+      given["model"] = model;
+    }
+    options.update_from_json(given);
+
+    Trainer::clear_stop();
+    auto previous = std::signal(SIGINT, handle_sigint);
+    TrainResult r = Trainer(options, std::cout).run();
+    std::signal(SIGINT, previous);
+    if (r.interrupted) exit_code() = 130;
+  });
+}
+
+}  // namespace tessera::cli

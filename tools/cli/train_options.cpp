@@ -1,0 +1,161 @@
+#include "cli/train_options.h"
+
+#include <type_traits>
+
+#include "tessera/core/error.h"
+
+namespace tessera::cli {
+
+namespace {
+
+// Visits every scalar option as (JSON key, member), so reading and writing JSON share one list.
+template <class Options, class F>
+void for_each_field(Options& o, F&& f) {
+  f("init_from", o.init_from);
+  f("train_data", o.train_data);
+  f("val_data", o.val_data);
+  f("tokenizer", o.tokenizer);
+  f("batch_size", o.batch_size);
+  f("seq_len", o.seq_len);
+  f("grad_accum", o.grad_accum);
+  f("max_steps", o.max_steps);
+  f("optimizer", o.optimizer);
+  f("lr", o.lr);
+  f("min_lr_ratio", o.min_lr_ratio);
+  f("warmup_steps", o.warmup_steps);
+  f("schedule", o.schedule);
+  f("decay_fraction", o.decay_fraction);
+  f("weight_decay", o.weight_decay);
+  f("beta1", o.beta1);
+  f("beta2", o.beta2);
+  f("eps", o.eps);
+  f("momentum", o.momentum);
+  f("grad_clip", o.grad_clip);
+  f("eval_every", o.eval_every);
+  f("eval_batches", o.eval_batches);
+  f("log_every", o.log_every);
+  f("checkpoint_every", o.checkpoint_every);
+  f("keep_checkpoints", o.keep_checkpoints);
+  f("run_dir", o.run_dir);
+  f("resume", o.resume);
+  f("seed", o.seed);
+  f("threads", o.threads);
+  f("device", o.device);
+  f("peak_gflops", o.peak_gflops);
+  f("sample_tokens", o.sample_tokens);
+  f("sample_prompt", o.sample_prompt);
+  f("sample_temperature", o.sample_temperature);
+  f("sample_top_k", o.sample_top_k);
+  f("num_samples", o.num_samples);
+}
+
+template <class T>
+void read_value(const nlohmann::json& v, const std::string& key, T& out) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    TESSERA_CHECK(v.is_string(), "config: '", key, "' must be a string, got ", v.dump());
+  } else if constexpr (std::is_same_v<T, double>) {
+    TESSERA_CHECK(v.is_number(), "config: '", key, "' must be a number, got ", v.dump());
+  } else if constexpr (std::is_unsigned_v<T>) {
+    TESSERA_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
+                  "config: '", key, "' must be a non-negative integer, got ", v.dump());
+  } else {
+    TESSERA_CHECK(v.is_number_integer(), "config: '", key, "' must be an integer, got ", v.dump());
+  }
+  out = v.get<T>();
+}
+
+}  // namespace
+
+nn::GPTConfig TrainOptions::model_config() const {
+  return nn::GPTConfig::from_json(model_overrides, nn::GPTConfig::preset(preset));
+}
+
+nn::LRSchedule TrainOptions::lr_schedule() const {
+  nn::LRSchedule s;
+  s.kind = schedule == "constant" ? nn::ScheduleKind::constant
+           : schedule == "wsd"    ? nn::ScheduleKind::wsd
+                                  : nn::ScheduleKind::cosine;
+  s.max_lr = lr;
+  s.min_lr = lr * min_lr_ratio;
+  s.warmup_steps = warmup_steps;
+  s.total_steps = max_steps;
+  s.decay_fraction = decay_fraction;
+  return s;
+}
+
+void TrainOptions::validate() const {
+  auto positive = [](int64_t v, const char* name) {
+    TESSERA_CHECK(v > 0, "train: --", name, " must be positive, got ", v);
+  };
+  auto non_negative = [](int64_t v, const char* name) {
+    TESSERA_CHECK(v >= 0, "train: --", name, " must be >= 0, got ", v);
+  };
+  TESSERA_CHECK(!train_data.empty(),
+                "train: --train-data is required (a shard file, folder or "
+                "glob; make shards with `tessera prepare`)");
+  positive(batch_size, "batch-size");
+  positive(seq_len, "seq-len");
+  positive(grad_accum, "grad-accum");
+  positive(max_steps, "max-steps");
+  positive(eval_batches, "eval-batches");
+  positive(log_every, "log-every");
+  non_negative(eval_every, "eval-every");
+  non_negative(checkpoint_every, "checkpoint-every");
+  non_negative(keep_checkpoints, "keep-checkpoints");
+  non_negative(sample_tokens, "sample-tokens");
+  positive(num_samples, "num-samples");
+  TESSERA_CHECK(optimizer == "adamw" || optimizer == "sgd", "train: --optimizer must be adamw or ",
+                "sgd, got '", optimizer, "'");
+  TESSERA_CHECK(schedule == "cosine" || schedule == "wsd" || schedule == "constant",
+                "train: --schedule must be cosine, wsd or constant, got '", schedule, "'");
+  TESSERA_CHECK(resume == "auto" || resume == "never", "train: --resume must be auto or never, ",
+                "got '", resume, "'");
+  TESSERA_CHECK(device == "cpu", "train: --device '", device, "' is not available in this build ",
+                "(the CUDA backend is a later issue); use cpu");
+  TESSERA_CHECK(threads >= 0, "train: --threads must be >= 0, got ", threads);
+  TESSERA_CHECK(lr > 0, "train: --lr must be positive, got ", lr);
+  TESSERA_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "train: --min-lr-ratio must be in [0, 1], ",
+                "got ", min_lr_ratio);
+  TESSERA_CHECK(peak_gflops >= 0, "train: --peak-gflops must be >= 0, got ", peak_gflops);
+  model_config().validate();
+  TESSERA_CHECK(seq_len <= model_config().block_size, "train: --seq-len ", seq_len,
+                " exceeds the model's block_size ", model_config().block_size);
+  lr_schedule().validate();
+}
+
+nlohmann::json TrainOptions::to_json() const {
+  nlohmann::json j;
+  nlohmann::json model = model_overrides;
+  model["preset"] = preset;
+  j["model"] = model;
+  for_each_field(*this, [&](const char* key, const auto& value) { j[key] = value; });
+  return j;
+}
+
+void TrainOptions::update_from_json(const nlohmann::json& j) {
+  TESSERA_CHECK(j.is_object(), "config: expected a JSON object, got ", j.dump());
+  for (const auto& [key, v] : j.items()) {
+    if (key == "model") {
+      TESSERA_CHECK(v.is_object(), "config: 'model' must be an object, got ", v.dump());
+      for (const auto& [mkey, mv] : v.items()) {
+        if (mkey == "preset") {
+          read_value(mv, "model.preset", preset);
+        } else {
+          model_overrides[mkey] = mv;
+        }
+      }
+      model_config();  // an unknown preset or model key fails here, naming it
+      continue;
+    }
+    bool found = false;
+    for_each_field(*this, [&](const char* name, auto& member) {
+      if (key == name) {
+        read_value(v, key, member);
+        found = true;
+      }
+    });
+    TESSERA_CHECK(found, "config: unknown key '", key, "'");
+  }
+}
+
+}  // namespace tessera::cli

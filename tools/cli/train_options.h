@@ -1,0 +1,77 @@
+#pragma once
+// TrainOptions: everything `tessera train` is told, resolved from defaults, an optional JSON
+// config file, and flags (flags win). The resolved options are printed at startup, saved as
+// <run_dir>/config.json and stored in every checkpoint, so a run can be resumed or inspected
+// without its command line.
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/nn/gpt_config.h"
+#include "tessera/nn/lr_schedule.h"
+
+namespace tessera::cli {
+
+struct TrainOptions {
+  // Model: a preset plus overrides, or weights to start from.
+  std::string preset = "gpt2-tiny";
+  nlohmann::json model_overrides = nlohmann::json::object();  // GPTConfig keys
+  std::string init_from;  // "" (fresh init), an HF safetensors file/dir, or an llm.c .bin
+
+  // Data.
+  std::string train_data;          // shard pattern (file, dir, glob)
+  std::string val_data;            // "" for none
+  std::string tokenizer = "byte";  // for samples and the vocabulary check
+
+  // Batch.
+  int64_t batch_size = 8;
+  int64_t seq_len = 128;
+  int64_t grad_accum = 1;
+  int64_t max_steps = 1000;
+
+  // Optimizer and schedule.
+  std::string optimizer = "adamw";  // "adamw" or "sgd"
+  double lr = 6e-4;
+  double min_lr_ratio = 0.1;  // min_lr = lr * min_lr_ratio (cosine, wsd)
+  int64_t warmup_steps = 0;
+  std::string schedule = "cosine";  // "cosine", "wsd", "constant"
+  double decay_fraction = 0.2;      // wsd
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double momentum = 0.9;   // sgd
+  double grad_clip = 1.0;  // <= 0: off
+
+  // Evaluation, logging, checkpoints.
+  int64_t eval_every = 0;  // 0: only at the end (when val_data is set)
+  int64_t eval_batches = 8;
+  int64_t log_every = 1;
+  int64_t checkpoint_every = 0;  // 0: only at the end
+  int64_t keep_checkpoints = 3;
+  std::string run_dir = "runs/default";
+  std::string resume = "auto";  // "auto": from the run's latest checkpoint if any; "never"
+
+  // Randomness and machine.
+  uint64_t seed = 1337;  // data order and dropout masks
+  int threads = 0;       // 0: all cores
+  std::string device = "cpu";
+  double peak_gflops = 0;  // for MFU; 0: this CPU's nominal fp32 peak
+
+  // Samples printed after training.
+  int64_t sample_tokens = 0;
+  std::string sample_prompt = "\n";
+  double sample_temperature = 0.8;
+  int64_t sample_top_k = 40;
+  int64_t num_samples = 1;
+
+  nn::GPTConfig model_config() const;
+  nn::LRSchedule lr_schedule() const;
+  // Throws naming the field and value.
+  void validate() const;
+  nlohmann::json to_json() const;
+  // Overrides the keys present in j; unknown keys and wrong types throw naming the key.
+  void update_from_json(const nlohmann::json& j);
+};
+
+}  // namespace tessera::cli
