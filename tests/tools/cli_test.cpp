@@ -146,6 +146,21 @@ TEST(Cli, CtrlCCheckpointsAndTheSameCommandResumes) {
   Result ins = run_cli({"ckpt", "inspect", dir / "run"}, dir, "inspect");
   EXPECT_EQ(ins.code, 0) << ins.err;
   EXPECT_NE(ins.out.find("step: " + std::to_string(stopped + 2)), std::string::npos) << ins.out;
+
+  // Exported to Hugging Face's layout and to llm.c's, the model generates the same greedy text.
+  Result hf = run_cli({"ckpt", "convert", dir / "run", "--to", "hf", "--output", dir / "hf"}, dir,
+                      "hf");
+  ASSERT_EQ(hf.code, 0) << hf.err;
+  Result llmc = run_cli(
+      {"ckpt", "convert", dir / "run", "--to", "llmc", "--output", dir / "model.bin"}, dir, "llmc");
+  ASSERT_EQ(llmc.code, 0) << llmc.err;
+  for (const std::string& source : {dir / "hf", dir / "model.bin"}) {
+    Result g = run_cli({"generate", "--model", source, "--tokenizer", "byte", "--prompt", "line 1",
+                        "--max-new-tokens", "12", "--temperature", "0"},
+                       dir, "gen_imported");
+    EXPECT_EQ(g.code, 0) << g.err;
+    EXPECT_EQ(g.out, gen.out) << source;
+  }
 }
 
 }  // namespace
