@@ -1,0 +1,100 @@
+#include "tessera/parallel/comm/communicator.h"
+
+#include "tessera/core/error.h"
+
+namespace tessera::parallel {
+
+const char* comm_op_name(CommOp op) {
+  switch (op) {
+    case CommOp::sum:
+      return "sum";
+    case CommOp::max:
+      return "max";
+    case CommOp::avg:
+      return "avg";
+  }
+  return "?";
+}
+
+Communicator::Communicator(std::string name, CommOptions options,
+                           std::shared_ptr<std::atomic<int64_t>> step)
+    : name_(std::move(name)),
+      options_(options),
+      step_(step ? std::move(step) : std::make_shared<std::atomic<int64_t>>(-1)) {
+  TESSERA_CHECK(options_.timeout_seconds > 0, "communicator ", name_,
+                ": timeout must be positive, got ", options_.timeout_seconds);
+}
+
+std::string Communicator::describe_call(const char* collective, const Tensor& x) const {
+  return str_cat("rank ", rank(), " of group ", name_, " (size ", size(), "), ", collective, " of ",
+                 x.describe(), step() >= 0 ? str_cat(", step ", step()) : "");
+}
+
+namespace {
+
+void check_tensor(const Communicator& c, const char* what, const Tensor& t) {
+  TESSERA_CHECK(t.defined(), what, " on group ", c.name(), ": the tensor is undefined");
+  TESSERA_CHECK(!t.storage()->released(), what, " on group ", c.name(), ": ", t.describe(),
+                " is a view of freed storage");
+  TESSERA_CHECK(t.is_contiguous(), what, " on group ", c.name(), ": ", t.describe(),
+                " must be contiguous");
+}
+
+void check_peer(const Communicator& c, const char* what, int peer) {
+  TESSERA_CHECK(peer >= 0 && peer < c.size() && peer != c.rank(), what, " on group ", c.name(),
+                ": peer rank ", peer, " is not another rank of a group of ", c.size(),
+                " (this is rank ", c.rank(), ")");
+}
+
+}  // namespace
+
+std::shared_ptr<Work> Communicator::all_reduce_async(const Tensor& x, CommOp op) {
+  check_tensor(*this, "all_reduce", x);
+  TESSERA_CHECK(op != CommOp::avg || is_floating(x.dtype()), "all_reduce avg on group ", name_,
+                ": ", x.describe(), " is not floating");
+  if (size() == 1 || x.numel() == 0) return std::make_shared<CompletedWork>();
+  return do_all_reduce(x, op);
+}
+
+std::shared_ptr<Work> Communicator::reduce_scatter_async(const Tensor& in, const Tensor& out,
+                                                         CommOp op) {
+  check_tensor(*this, "reduce_scatter", in);
+  check_tensor(*this, "reduce_scatter", out);
+  TESSERA_CHECK(in.numel() == out.numel() * size() && in.dtype() == out.dtype() &&
+                    in.device() == out.device(),
+                "reduce_scatter on group ", name_, ": input ", in.describe(), " must hold ", size(),
+                " chunks of the output ", out.describe());
+  return do_reduce_scatter(in, out, op);
+}
+
+std::shared_ptr<Work> Communicator::all_gather_async(const Tensor& in, const Tensor& out) {
+  check_tensor(*this, "all_gather", in);
+  check_tensor(*this, "all_gather", out);
+  TESSERA_CHECK(out.numel() == in.numel() * size() && in.dtype() == out.dtype() &&
+                    in.device() == out.device(),
+                "all_gather on group ", name_, ": output ", out.describe(), " must hold ", size(),
+                " copies of the input ", in.describe());
+  return do_all_gather(in, out);
+}
+
+std::shared_ptr<Work> Communicator::broadcast_async(const Tensor& x, int root) {
+  check_tensor(*this, "broadcast", x);
+  TESSERA_CHECK(root >= 0 && root < size(), "broadcast on group ", name_, ": root ", root,
+                " is outside a group of ", size());
+  if (size() == 1 || x.numel() == 0) return std::make_shared<CompletedWork>();
+  return do_broadcast(x, root);
+}
+
+std::shared_ptr<Work> Communicator::send_async(const Tensor& x, int dst, int tag) {
+  check_tensor(*this, "send", x);
+  check_peer(*this, "send", dst);
+  return do_send(x, dst, tag);
+}
+
+std::shared_ptr<Work> Communicator::recv_async(const Tensor& x, int src, int tag) {
+  check_tensor(*this, "recv", x);
+  check_peer(*this, "recv", src);
+  return do_recv(x, src, tag);
+}
+
+}  // namespace tessera::parallel

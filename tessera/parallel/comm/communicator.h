@@ -1,0 +1,104 @@
+#pragma once
+// Communicator: collectives and point-to-point transfers among a group of ranks.
+//
+// One interface, three implementations: LocalCommunicator (a group of one, for single-process
+// runs), MpiCommunicator (CPU tensors, MPICH) and NcclCommunicator (CUDA tensors). Every call
+// has an async form returning a Work handle; the blocking form is async + wait().
+//
+// Waiting has a timeout (CommOptions::timeout_seconds). A collective that does not finish in
+// time aborts the whole job (a hung rank cannot be recovered from inside one process) after
+// printing which rank, which group, which collective and which training step it was.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tessera/core/tensor.h"
+
+namespace tessera::parallel {
+
+enum class CommOp : uint8_t { sum, max, avg };
+const char* comm_op_name(CommOp op);
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the operation completes (or the timeout aborts the job).
+  virtual void wait() = 0;
+  // True once complete; never blocks.
+  virtual bool test() = 0;
+};
+
+// A Work that is already complete (size-one groups, empty tensors).
+class CompletedWork final : public Work {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
+struct CommOptions {
+  double timeout_seconds = 600.0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "world", "dp", "tp", "pp", "embedding": used in timeout and error messages.
+  const std::string& name() const { return name_; }
+
+  // x = op over the group of x, in place. x is contiguous.
+  std::shared_ptr<Work> all_reduce_async(const Tensor& x, CommOp op = CommOp::sum);
+  // in has size() * n elements; out (n elements) receives this rank's chunk of the reduction.
+  std::shared_ptr<Work> reduce_scatter_async(const Tensor& in, const Tensor& out,
+                                             CommOp op = CommOp::sum);
+  // in has n elements; out (size() * n) receives every rank's in, in rank order.
+  std::shared_ptr<Work> all_gather_async(const Tensor& in, const Tensor& out);
+  std::shared_ptr<Work> broadcast_async(const Tensor& x, int root);
+  std::shared_ptr<Work> send_async(const Tensor& x, int dst, int tag);
+  std::shared_ptr<Work> recv_async(const Tensor& x, int src, int tag);
+
+  void all_reduce(const Tensor& x, CommOp op = CommOp::sum) { all_reduce_async(x, op)->wait(); }
+  void reduce_scatter(const Tensor& in, const Tensor& out, CommOp op = CommOp::sum) {
+    reduce_scatter_async(in, out, op)->wait();
+  }
+  void all_gather(const Tensor& in, const Tensor& out) { all_gather_async(in, out)->wait(); }
+  void broadcast(const Tensor& x, int root) { broadcast_async(x, root)->wait(); }
+  void send(const Tensor& x, int dst, int tag = 0) { send_async(x, dst, tag)->wait(); }
+  void recv(const Tensor& x, int src, int tag = 0) { recv_async(x, src, tag)->wait(); }
+  virtual void barrier() = 0;
+
+  // The group of ranks that passed the same color, ordered by key (collective over this
+  // group). The child shares this communicator's step counter and options.
+  virtual std::shared_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
+
+  // The training step named in timeout messages (shared with every split of this group).
+  void set_step(int64_t step) { step_->store(step); }
+  int64_t step() const { return step_->load(); }
+  const CommOptions& options() const { return options_; }
+
+ protected:
+  Communicator(std::string name, CommOptions options,
+               std::shared_ptr<std::atomic<int64_t>> step = nullptr);
+
+  // Implementations get validated arguments (defined, contiguous, on a supported device,
+  // sizes consistent).
+  virtual std::shared_ptr<Work> do_all_reduce(const Tensor& x, CommOp op) = 0;
+  virtual std::shared_ptr<Work> do_reduce_scatter(const Tensor& in, const Tensor& out,
+                                                  CommOp op) = 0;
+  virtual std::shared_ptr<Work> do_all_gather(const Tensor& in, const Tensor& out) = 0;
+  virtual std::shared_ptr<Work> do_broadcast(const Tensor& x, int root) = 0;
+  virtual std::shared_ptr<Work> do_send(const Tensor& x, int dst, int tag) = 0;
+  virtual std::shared_ptr<Work> do_recv(const Tensor& x, int src, int tag) = 0;
+
+  // "rank 3 of group tp (size 2), all_reduce of f32[1024] on cpu, step 17"
+  std::string describe_call(const char* collective, const Tensor& x) const;
+
+  std::string name_;
+  CommOptions options_;
+  std::shared_ptr<std::atomic<int64_t>> step_;
+};
+
+}  // namespace tessera::parallel

@@ -1,0 +1,319 @@
+#include "tessera/parallel/comm/mpi_communicator.h"
+
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+
+#include "tessera/core/error.h"
+#include "tessera/core/ops/creation.h"
+#include "tessera/core/ops/elementwise.h"
+#include "tessera/core/ops/movement.h"
+
+namespace tessera::parallel {
+
+namespace {
+
+void check_mpi(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  detail::throw_error(call, " failed: ", std::string(text, size_t(len)));
+}
+
+MPI_Datatype mpi_type(const Tensor& t, bool reducing, const char* what) {
+  switch (t.dtype()) {
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::f64:
+      return MPI_DOUBLE;
+    case DType::i32:
+      return MPI_INT32_T;
+    case DType::i64:
+      return MPI_INT64_T;
+    case DType::bf16:
+    case DType::f16:
+      TESSERA_CHECK(!reducing, what, ": MPI cannot reduce ", t.describe(),
+                    " (16-bit floats); reduce in f32 on the CPU");
+      return MPI_UINT16_T;
+  }
+  detail::throw_error(what, ": unsupported dtype for MPI: ", t.describe());
+}
+
+MPI_Op mpi_op(CommOp op) {
+  return op == CommOp::max ? MPI_MAX : MPI_SUM;
+}
+
+void check_cpu(const Tensor& t, const char* what) {
+  TESSERA_CHECK(t.device().is_cpu(), what, ": the MPI communicator carries CPU tensors, got ",
+                t.describe(), " (CUDA tensors go through NCCL)");
+}
+
+// Completes MPI requests in phases: each phase's requests must finish before `next` starts the
+// following phase (or finishes the work, e.g. dividing for avg).
+class MpiWork final : public Work {
+ public:
+  using Phase = std::function<std::vector<MPI_Request>()>;
+
+  MpiWork(std::vector<Phase> phases, std::function<std::string()> describe, double timeout,
+          std::vector<Tensor> keep_alive)
+      : phases_(std::move(phases)),
+        describe_(std::move(describe)),
+        timeout_(timeout),
+        keep_(std::move(keep_alive)),
+        start_(std::chrono::steady_clock::now()) {
+    advance();
+  }
+
+  bool test() override {
+    while (next_ <= phases_.size()) {
+      int done = 0;
+      if (!requests_.empty())
+        check_mpi(MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE),
+                  "MPI_Testall");
+      else
+        done = 1;
+      if (!done) return false;
+      requests_.clear();
+      if (next_ == phases_.size()) {
+        next_ = phases_.size() + 1;
+        keep_.clear();
+        return true;
+      }
+      advance();
+    }
+    return true;
+  }
+
+  void wait() override {
+    int spins = 0;
+    long sleep_ns = 1000;
+    while (!test()) {
+      if (++spins < 64) continue;
+      double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      if (waited > timeout_) {
+        std::fprintf(stderr, "tessera: collective timed out after %.0f s: %s; aborting the job\n",
+                     waited, describe_().c_str());
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 124);
+      }
+      struct timespec ts {
+        0, sleep_ns
+      };
+      nanosleep(&ts, nullptr);
+      sleep_ns = std::min(sleep_ns * 2, 100000L);
+    }
+  }
+
+ private:
+  void advance() { requests_ = phases_[next_++](); }
+
+  std::vector<Phase> phases_;
+  std::function<std::string()> describe_;
+  double timeout_;
+  std::vector<Tensor> keep_;
+  std::chrono::steady_clock::time_point start_;
+  std::vector<MPI_Request> requests_;
+  size_t next_ = 0;
+};
+
+}  // namespace
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return;
+  int provided = 0;
+  check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+  owns_ = true;
+  TESSERA_CHECK(provided >= MPI_THREAD_SERIALIZED, "MPI provides thread level ", provided,
+                "; Tessera needs at least MPI_THREAD_SERIALIZED");
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owns_ && !finalized) MPI_Finalize();
+}
+
+std::shared_ptr<MpiCommunicator> MpiCommunicator::world(CommOptions options) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  TESSERA_CHECK(initialized, "MpiCommunicator::world: MPI is not initialised; create a ",
+                "tessera::parallel::MpiSession in main() first");
+  return std::shared_ptr<MpiCommunicator>(
+      new MpiCommunicator(MPI_COMM_WORLD, false, "world", options, nullptr));
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned, std::string name, CommOptions options,
+                                 std::shared_ptr<std::atomic<int64_t>> step)
+    : Communicator(std::move(name), options, std::move(step)), comm_(comm), owned_(owned) {
+  check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owned_ && !finalized) MPI_Comm_free(&comm_);
+}
+
+std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
+  MPI_Comm child;
+  check_mpi(MPI_Comm_split(comm_, color, key, &child), "MPI_Comm_split");
+  return std::shared_ptr<MpiCommunicator>(new MpiCommunicator(child, true, name, options_, step_));
+}
+
+void MpiCommunicator::barrier() {
+  MPI_Comm comm = comm_;
+  Tensor none = empty({0});
+  MpiWork w({[comm] {
+              MPI_Request r;
+              check_mpi(MPI_Ibarrier(comm, &r), "MPI_Ibarrier");
+              return std::vector<MPI_Request>{r};
+            }},
+            [this, none] { return describe_call("barrier", none); }, options_.timeout_seconds, {});
+  w.wait();
+}
+
+std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const Tensor& x, CommOp op) {
+  check_cpu(x, "all_reduce");
+  const bool floating = is_floating(x.dtype());
+  MPI_Datatype type = mpi_type(x, true, "all_reduce");
+  MPI_Comm comm = comm_;
+  auto describe = [this, x, op] {
+    return describe_call((std::string("all_reduce ") + comm_op_name(op)).c_str(), x);
+  };
+  const int n = size_;
+  const double scale = op == CommOp::avg ? 1.0 / n : 1.0;
+  if (!floating || op == CommOp::max) {
+    void* p = x.data_ptr("all_reduce");
+    int count = int(x.numel());
+    MPI_Op mop = mpi_op(op);
+    return std::make_shared<MpiWork>(
+        std::vector<MpiWork::Phase>{[=] {
+          MPI_Request r;
+          check_mpi(MPI_Iallreduce(MPI_IN_PLACE, p, count, type, mop, comm, &r), "MPI_Iallreduce");
+          return std::vector<MPI_Request>{r};
+        }},
+        describe, options_.timeout_seconds, std::vector<Tensor>{x});
+  }
+  // Sum (or avg) of floats: reduce-scatter into padded chunks, scale the own chunk, gather.
+  const int64_t chunk = (x.numel() + n - 1) / n;
+  Tensor buf = zeros({chunk * n}, x.dtype());
+  ops::copy_(ops::narrow(buf, 0, 0, x.numel()), ops::reshape(x, {x.numel()}));
+  Tensor mine = empty({chunk}, x.dtype());
+  std::vector<MpiWork::Phase> phases = {
+      [=] {
+        MPI_Request r;
+        check_mpi(MPI_Ireduce_scatter_block(buf.data_ptr(), mine.data_ptr(), int(chunk), type,
+                                            MPI_SUM, comm, &r),
+                  "MPI_Ireduce_scatter_block");
+        return std::vector<MPI_Request>{r};
+      },
+      [=] {
+        if (scale != 1.0) ops::mul_(mine, scale);
+        MPI_Request r;
+        check_mpi(MPI_Iallgather(mine.data_ptr(), int(chunk), type, buf.data_ptr(), int(chunk),
+                                 type, comm, &r),
+                  "MPI_Iallgather");
+        return std::vector<MPI_Request>{r};
+      },
+      [=] {
+        ops::copy_(ops::reshape(x, {x.numel()}), ops::narrow(buf, 0, 0, x.numel()));
+        return std::vector<MPI_Request>{};
+      }};
+  return std::make_shared<MpiWork>(std::move(phases), describe, options_.timeout_seconds,
+                                   std::vector<Tensor>{x, buf, mine});
+}
+
+std::shared_ptr<Work> MpiCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out,
+                                                         CommOp op) {
+  check_cpu(in, "reduce_scatter");
+  MPI_Datatype type = mpi_type(in, true, "reduce_scatter");
+  MPI_Comm comm = comm_;
+  MPI_Op mop = mpi_op(op);
+  int count = int(out.numel());
+  double scale = op == CommOp::avg ? 1.0 / size_ : 1.0;
+  std::vector<MpiWork::Phase> phases = {
+      [=] {
+        MPI_Request r;
+        check_mpi(
+            MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count, type, mop, comm, &r),
+            "MPI_Ireduce_scatter_block");
+        return std::vector<MPI_Request>{r};
+      },
+      [=] {
+        if (scale != 1.0) ops::mul_(out, scale);
+        return std::vector<MPI_Request>{};
+      }};
+  return std::make_shared<MpiWork>(
+      std::move(phases), [this, in] { return describe_call("reduce_scatter", in); },
+      options_.timeout_seconds, std::vector<Tensor>{in, out});
+}
+
+std::shared_ptr<Work> MpiCommunicator::do_all_gather(const Tensor& in, const Tensor& out) {
+  check_cpu(in, "all_gather");
+  MPI_Datatype type = mpi_type(in, false, "all_gather");
+  MPI_Comm comm = comm_;
+  int count = int(in.numel());
+  return std::make_shared<MpiWork>(
+      std::vector<MpiWork::Phase>{[=] {
+        MPI_Request r;
+        check_mpi(MPI_Iallgather(in.data_ptr(), count, type, out.data_ptr(), count, type, comm, &r),
+                  "MPI_Iallgather");
+        return std::vector<MPI_Request>{r};
+      }},
+      [this, in] { return describe_call("all_gather", in); }, options_.timeout_seconds,
+      std::vector<Tensor>{in, out});
+}
+
+std::shared_ptr<Work> MpiCommunicator::do_broadcast(const Tensor& x, int root) {
+  check_cpu(x, "broadcast");
+  MPI_Datatype type = mpi_type(x, false, "broadcast");
+  MPI_Comm comm = comm_;
+  int count = int(x.numel());
+  return std::make_shared<MpiWork>(
+      std::vector<MpiWork::Phase>{[=] {
+        MPI_Request r;
+        check_mpi(MPI_Ibcast(x.data_ptr(), count, type, root, comm, &r), "MPI_Ibcast");
+        return std::vector<MPI_Request>{r};
+      }},
+      [this, x] { return describe_call("broadcast", x); }, options_.timeout_seconds,
+      std::vector<Tensor>{x});
+}
+
+std::shared_ptr<Work> MpiCommunicator::do_send(const Tensor& x, int dst, int tag) {
+  check_cpu(x, "send");
+  MPI_Datatype type = mpi_type(x, false, "send");
+  MPI_Comm comm = comm_;
+  int count = int(x.numel());
+  return std::make_shared<MpiWork>(
+      std::vector<MpiWork::Phase>{[=] {
+        MPI_Request r;
+        check_mpi(MPI_Isend(x.data_ptr(), count, type, dst, tag, comm, &r), "MPI_Isend");
+        return std::vector<MPI_Request>{r};
+      }},
+      [this, x, dst] { return describe_call(str_cat("send to ", dst).c_str(), x); },
+      options_.timeout_seconds, std::vector<Tensor>{x});
+}
+
+std::shared_ptr<Work> MpiCommunicator::do_recv(const Tensor& x, int src, int tag) {
+  check_cpu(x, "recv");
+  MPI_Datatype type = mpi_type(x, false, "recv");
+  MPI_Comm comm = comm_;
+  int count = int(x.numel());
+  return std::make_shared<MpiWork>(
+      std::vector<MpiWork::Phase>{[=] {
+        MPI_Request r;
+        check_mpi(MPI_Irecv(x.data_ptr(), count, type, src, tag, comm, &r), "MPI_Irecv");
+        return std::vector<MPI_Request>{r};
+      }},
+      [this, x, src] { return describe_call(str_cat("recv from ", src).c_str(), x); },
+      options_.timeout_seconds, std::vector<Tensor>{x});
+}
+
+}  // namespace tessera::parallel

@@ -1,0 +1,59 @@
+#pragma once
+// MPI communicator for CPU tensors (MPICH). Waiting polls MPI_Test with a short spin and then
+// sleeps with exponential backoff (to 100 us), so ranks oversubscribed on few cores do not
+// starve each other the way MPI's busy-wait does, and so the timeout can be checked.
+//
+// Floating-point sums are done as reduce-scatter then all-gather: each chunk is reduced once,
+// by its owner, so every rank receives bit-identical values (replicas never drift).
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "tessera/parallel/comm/communicator.h"
+
+namespace tessera::parallel {
+
+// Initialises MPI (MPI_THREAD_MULTIPLE) for the life of the object, unless the host program
+// already did, in which case it leaves init and finalize to the host. Create one in main()
+// before any MpiCommunicator.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+ private:
+  bool owns_ = false;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // MPI_COMM_WORLD; MPI must be initialised (see MpiSession).
+  static std::shared_ptr<MpiCommunicator> world(CommOptions options = {});
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void barrier() override;
+  std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
+  MPI_Comm comm() const { return comm_; }
+
+ protected:
+  std::shared_ptr<Work> do_all_reduce(const Tensor& x, CommOp op) override;
+  std::shared_ptr<Work> do_reduce_scatter(const Tensor& in, const Tensor& out, CommOp op) override;
+  std::shared_ptr<Work> do_all_gather(const Tensor& in, const Tensor& out) override;
+  std::shared_ptr<Work> do_broadcast(const Tensor& x, int root) override;
+  std::shared_ptr<Work> do_send(const Tensor& x, int dst, int tag) override;
+  std::shared_ptr<Work> do_recv(const Tensor& x, int src, int tag) override;
+
+ private:
+  MpiCommunicator(MPI_Comm comm, bool owned, std::string name, CommOptions options,
+                  std::shared_ptr<std::atomic<int64_t>> step);
+  MPI_Comm comm_;
+  bool owned_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace tessera::parallel

@@ -1,0 +1,133 @@
+// Collectives and point-to-point transfers over MPI, and the mesh's groups.
+
+#include <gtest/gtest.h>
+
+#include "tessera/parallel/comm/local_communicator.h"
+#include "tessera/parallel/comm/mpi_communicator.h"
+#include "tessera/parallel/mesh.h"
+#include "tessera/tessera.h"
+
+namespace tessera::parallel {
+namespace {
+
+std::shared_ptr<Communicator> world() {
+  return MpiCommunicator::world();
+}
+
+// Values that differ per rank and element, exactly representable.
+Tensor rank_tensor(int rank, int64_t n, double base = 0) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(base + rank * 1000 + i);
+  return from_vector<float>(v, {n});
+}
+
+void collectives(Communicator& c) {
+  const int r = c.rank(), n = c.size();
+  // Sum over ranks of (rank*1000 + i) = 1000*n(n-1)/2 + n*i; odd length exercises padding.
+  Tensor x = rank_tensor(r, 7);
+  c.all_reduce(x);
+  std::vector<float> got = to_vector<float>(x);
+  for (int64_t i = 0; i < 7; ++i) EXPECT_EQ(got[size_t(i)], 1000.f * n * (n - 1) / 2 + n * i);
+  Tensor a = rank_tensor(r, 5);
+  c.all_reduce(a, CommOp::avg);
+  EXPECT_EQ(to_vector<float>(a)[0], 1000.f * (n - 1) / 2);
+  Tensor m = rank_tensor(r, 3);
+  c.all_reduce(m, CommOp::max);
+  EXPECT_EQ(to_vector<float>(m)[2], float(1000 * (n - 1) + 2));
+  Tensor ids = from_vector<int64_t>({int64_t(r), 1}, {2});
+  c.all_reduce(ids);
+  EXPECT_EQ(to_vector<int64_t>(ids), (std::vector<int64_t>{int64_t(n) * (n - 1) / 2, n}));
+
+  // reduce_scatter: chunk k of the sum lands on rank k.
+  Tensor in = rank_tensor(r, 4 * n), out = empty({4});
+  c.reduce_scatter(in, out);
+  EXPECT_EQ(to_vector<float>(out)[1], 1000.f * n * (n - 1) / 2 + n * (4 * r + 1));
+  // all_gather: rank order.
+  Tensor gathered = empty({3 * n});
+  c.all_gather(rank_tensor(r, 3), gathered);
+  std::vector<float> g = to_vector<float>(gathered);
+  for (int k = 0; k < n; ++k) EXPECT_EQ(g[size_t(3 * k + 2)], float(1000 * k + 2));
+  // broadcast from the last rank.
+  Tensor b = rank_tensor(r, 4);
+  c.broadcast(b, n - 1);
+  EXPECT_EQ(to_vector<float>(b)[3], float(1000 * (n - 1) + 3));
+}
+
+TEST(CommunicatorN1, LocalGroupIsIdentity) {
+  LocalCommunicator c;
+  collectives(c);
+  EXPECT_THROW(c.send(zeros({2}), 1), Error);
+}
+
+TEST(CommunicatorN2, CollectivesOverMpi) {
+  collectives(*world());
+}
+TEST(CommunicatorN4, CollectivesOverMpi) {
+  collectives(*world());
+}
+
+TEST(CommunicatorN2, SendRecvAndAsyncOverlap) {
+  auto c = world();
+  int peer = 1 - c->rank();
+  Tensor out = rank_tensor(c->rank(), 6), in = empty({6});
+  // Post both directions before waiting: no deadlock with async forms.
+  auto s = c->send_async(out, peer, 7);
+  auto r = c->recv_async(in, peer, 7);
+  r->wait();
+  s->wait();
+  EXPECT_EQ(to_vector<float>(in)[5], float(1000 * peer + 5));
+  // Several all-reduces in flight at once complete independently.
+  Tensor x = ones({3}), y = full({5}, 2.0);
+  auto wx = c->all_reduce_async(x), wy = c->all_reduce_async(y);
+  wy->wait();
+  wx->wait();
+  EXPECT_EQ(to_vector<float>(x)[0], 2.f);
+  EXPECT_EQ(to_vector<float>(y)[4], 4.f);
+}
+
+TEST(CommunicatorN2, BadArgumentsAreErrorsNamingTheGroup) {
+  auto c = world();
+  EXPECT_THROW(c->all_gather(zeros({3}), zeros({5})), Error);
+  EXPECT_THROW(c->send(zeros({2}), c->rank()), Error);
+  try {
+    c->all_reduce(ops::transpose(zeros({2, 3}), 0, 1));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("group world"), std::string::npos) << e.what();
+  }
+  Tensor half = ops::cast(zeros({2}), DType::bf16);
+  EXPECT_THROW(c->all_reduce(half), Error);
+}
+
+TEST(MeshN8, GroupsFollowTpFastestOrder) {
+  auto w = world();
+  DeviceMesh mesh(w, {2, 2, 2});
+  int r = w->rank();
+  EXPECT_EQ(mesh.tp_rank(), r % 2);
+  EXPECT_EQ(mesh.pp_rank(), (r / 2) % 2);
+  EXPECT_EQ(mesh.dp_rank(), r / 4);
+  EXPECT_EQ(mesh.world_rank(mesh.dp_rank(), mesh.pp_rank(), mesh.tp_rank()), r);
+  // Summing world ranks over each group identifies its members.
+  auto group_sum = [&](Communicator& g) {
+    Tensor t = from_vector<int64_t>({int64_t(r)}, {1});
+    g.all_reduce(t);
+    return t.item<int64_t>();
+  };
+  EXPECT_EQ(group_sum(mesh.tp()), 2 * (r - r % 2) + 1);
+  EXPECT_EQ(group_sum(mesh.pp()), (r - (r / 2 % 2) * 2) * 2 + 2);
+  EXPECT_EQ(group_sum(mesh.dp()), (r % 4) * 2 + 4);
+  ASSERT_NE(mesh.embedding(), nullptr);  // pp = 2: every stage is first or last
+  EXPECT_EQ(mesh.embedding()->size(), 2);
+}
+
+TEST(MeshN4, WrongShapeIsOneClearError) {
+  try {
+    DeviceMesh mesh(world(), {2, 1, 3});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("but there are 4 ranks"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tessera::parallel
