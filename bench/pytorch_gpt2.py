@@ -3,7 +3,8 @@
 
 The model is written out with torch.nn like llm.c's train_gpt2.py: tanh GELU, tied
 embeddings, causal scaled_dot_product_attention, the vocabulary padded to 50304. It times
-forward + backward + AdamW and prints one JSON line: ms per step, tokens/s, and peak RSS.
+forward + backward + AdamW and prints one JSON line: ms per step, tokens/s, GFLOP/s and
+peak RSS.
 
 Usage: pytorch_gpt2.py [--layers 12 --heads 12 --width 768 --batch 4 --seq 64 --steps 6]
 """
@@ -98,10 +99,14 @@ def main():
     times.sort()
     median = times[len(times) // 2]
     params = sum(p.numel() for p in model.parameters())
+    # nanoGPT's estimate, as bench_train_step counts it: 6N + 12*L*C*T FLOPs per token, with N
+    # the parameters less the position table.
+    flops_per_token = 6 * (params - a.block_size * a.width) + 12 * a.layers * a.width * a.seq
     print(json.dumps({
         "impl": "pytorch-eager", "torch": torch.__version__, "threads": a.threads,
         "params": params, "batch": a.batch, "seq": a.seq,
         "ms_per_step": median * 1e3, "tokens_per_s": a.batch * a.seq / median,
+        "gflops_per_s": flops_per_token * a.batch * a.seq / median / 1e9,
         "loss": loss.item(), "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }))
 
