@@ -8,6 +8,7 @@
 
 #include "tessera/nn/block.h"
 
+#include <utility>
 #include <vector>
 
 #include "tessera/autograd/functions/attention.h"
@@ -22,38 +23,73 @@ namespace tessera::nn {
 namespace {
 
 std::shared_ptr<Linear> make_linear(const LayerContext& ctx, const std::string& name, int64_t in,
-                                    int64_t out, double std) {
-  return std::make_shared<Linear>(in, out, ctx.config->bias, ctx.child(name).init("weight", std));
+                                    int64_t out, double std, ParallelSplit split = {}) {
+  return std::make_shared<Linear>(in, out, ctx.config->bias, ctx.child(name).init("weight", std),
+                                  split);
+}
+
+// A column-parallel (rows) or row-parallel (cols) split over ctx.tp; none without it.
+ParallelSplit tp_split(const LayerContext& ctx, ShardKind shard, std::vector<int64_t> segments = {}) {
+  if (!ctx.tp) return {};
+  return ParallelSplit{ctx.tp, ParamMeta{shard, false, std::move(segments), -1}};
+}
+
+void check_divisible(int64_t n, const char* what, const std::shared_ptr<TensorParallelOps>& tp) {
+  TESSERA_CHECK(n % tp_size(tp) == 0, "tensor parallelism: ", what, " (", n,
+                ") must be divisible by the tensor-parallel size (", tp_size(tp), ")");
 }
 
 }  // namespace
 
+bool sequence_sharded(const std::shared_ptr<TensorParallelOps>& tp, const LayerKV* kv) {
+  return tp && tp->sequence_parallel() && kv == nullptr;
+}
+
+Tensor apply_dropout(const Dropout& dropout, const Tensor& x, bool sequence_sharded,
+                     const TensorParallelOps* tp) {
+  if (!sequence_sharded) return dropout.forward(x);
+  const int64_t ts = x.size(1);
+  return dropout.forward(x, int64_t(tp->rank()) * ts, ts * tp->size());
+}
+
 CausalSelfAttention::CausalSelfAttention(const LayerContext& ctx)
-    : n_head_(ctx.config->n_head),
+    : tp_(ctx.tp),
+      n_head_(ctx.config->n_head),
       n_kv_head_(ctx.config->n_kv_head),
       head_dim_(ctx.config->head_dim()),
       rope_(ctx.config->position == PositionKind::rope),
       rope_theta_(ctx.config->rope_theta) {
   const GPTConfig& cfg = *ctx.config;
-  const int64_t qkv = (n_head_ + 2 * n_kv_head_) * head_dim_;
-  c_attn_ = register_module("c_attn", make_linear(ctx, "c_attn", cfg.n_embd, qkv, kInitStd));
-  c_proj_ = register_module(
-      "c_proj", make_linear(ctx, "c_proj", cfg.n_embd, cfg.n_embd, residual_init_std(cfg)));
+  check_divisible(n_head_, "n_head", tp_);
+  check_divisible(n_kv_head_, "n_kv_head", tp_);
+  const int64_t d = head_dim_, qkv = (n_head_ + 2 * n_kv_head_) * d;
+  // Rows of c_attn: q heads, then k heads, then v heads; each rank keeps its part of each.
+  c_attn_ = register_module(
+      "c_attn", make_linear(ctx, "c_attn", cfg.n_embd, qkv, kInitStd,
+                            tp_split(ctx, ShardKind::rows,
+                                  {n_head_ * d, n_kv_head_ * d, n_kv_head_ * d})));
+  c_proj_ = register_module("c_proj", make_linear(ctx, "c_proj", cfg.n_embd, cfg.n_embd,
+                                                  residual_init_std(cfg),
+                                                  tp_split(ctx, ShardKind::cols)));
   resid_dropout_ = register_module(
       "resid_dropout",
       std::make_shared<Dropout>(cfg.dropout, ctx.dropout, ctx.layer, kSiteAttention));
+  n_head_ /= tp_size(tp_);
+  n_kv_head_ /= tp_size(tp_);
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, LayerKV* kv, int64_t pos) const {
-  TESSERA_CHECK(x.defined() && x.dim() == 3 && x.size(2) == n_head_ * head_dim_,
-                "CausalSelfAttention: x must be [B, T, ", n_head_ * head_dim_, "], got ",
-                describe(x));
+  const int64_t c = n_head_ * head_dim_ * tp_size(tp_);
+  TESSERA_CHECK(x.defined() && x.dim() == 3 && x.size(2) == c,
+                "CausalSelfAttention: x must be [B, T, ", c, "], got ", describe(x));
   TESSERA_CHECK(kv != nullptr || pos == 0, "CausalSelfAttention: position offset ", pos,
                 " without a KV cache (only cached decoding starts past position 0)");
   TESSERA_CHECK(kv == nullptr || !is_grad_enabled(),
                 "CausalSelfAttention: the KV cache is for inference; run under NoGradGuard");
-  const int64_t B = x.size(0), T = x.size(1), D = head_dim_;
-  Tensor qkv = view(c_attn_->forward(x), Shape{B, T, n_head_ + 2 * n_kv_head_, D});
+  const bool sharded = sequence_sharded(tp_, kv);
+  const Tensor in = tp_ ? tp_->enter_region(x, sharded) : x;
+  const int64_t B = in.size(0), T = in.size(1), D = head_dim_;
+  Tensor qkv = view(c_attn_->forward(in), Shape{B, T, n_head_ + 2 * n_kv_head_, D});
   std::vector<Tensor> parts = split(qkv, std::vector<int64_t>{n_head_, n_kv_head_, n_kv_head_}, 2);
   Tensor q = parts[0], k = parts[1], v = parts[2];
   if (rope_) {
@@ -64,9 +100,10 @@ Tensor CausalSelfAttention::forward(const Tensor& x, LayerKV* kv, int64_t pos) c
   k = transpose(k, 1, 2);
   v = transpose(v, 1, 2);
   if (kv != nullptr) {
-    TESSERA_CHECK(kv->k.defined() && kv->k.size(0) == B && pos + T <= kv->k.size(2),
+    TESSERA_CHECK(kv->k.defined() && kv->k.size(0) == B && kv->k.size(1) == n_kv_head_ &&
+                      pos + T <= kv->k.size(2),
                   "CausalSelfAttention: the KV cache ", describe(kv->k), " cannot hold ", T,
-                  " positions from ", pos, " for batch ", B);
+                  " positions from ", pos, " of ", n_kv_head_, " kv heads for batch ", B);
     ops::copy_(ops::narrow(kv->k, 2, pos, T), k);
     ops::copy_(ops::narrow(kv->v, 2, pos, T), v);
     k = ops::narrow(kv->k, 2, 0, pos + T);
@@ -74,45 +111,56 @@ Tensor CausalSelfAttention::forward(const Tensor& x, LayerKV* kv, int64_t pos) c
   }
   Tensor y = causal_attention(q, k, v);  // [B, H, T, D], stored as [B, T, H, D]
   y = view(transpose(y, 1, 2), Shape{B, T, n_head_ * D});
-  return resid_dropout_->forward(c_proj_->forward(y));
+  Tensor out = tp_ ? c_proj_->forward(y, sharded) : c_proj_->forward(y);
+  return apply_dropout(*resid_dropout_, out, sharded, tp_.get());
 }
 
-MLP::MLP(const LayerContext& ctx) : kind_(ctx.config->mlp) {
+MLP::MLP(const LayerContext& ctx) : tp_(ctx.tp), kind_(ctx.config->mlp) {
   const GPTConfig& cfg = *ctx.config;
   const int64_t c = cfg.n_embd, h = cfg.ffn_dim();
+  check_divisible(h, "the MLP width", tp_);
+  const ParallelSplit column = tp_split(ctx, ShardKind::rows), row = tp_split(ctx, ShardKind::cols);
   if (kind_ == MlpKind::gelu) {
-    c_fc_ = register_module("c_fc", make_linear(ctx, "c_fc", c, h, kInitStd));
+    c_fc_ = register_module("c_fc", make_linear(ctx, "c_fc", c, h, kInitStd, column));
   } else {
-    w_gate_ = register_module("w_gate", make_linear(ctx, "w_gate", c, h, kInitStd));
-    w_up_ = register_module("w_up", make_linear(ctx, "w_up", c, h, kInitStd));
+    w_gate_ = register_module("w_gate", make_linear(ctx, "w_gate", c, h, kInitStd, column));
+    w_up_ = register_module("w_up", make_linear(ctx, "w_up", c, h, kInitStd, column));
   }
-  c_proj_ = register_module("c_proj", make_linear(ctx, "c_proj", h, c, residual_init_std(cfg)));
+  c_proj_ = register_module("c_proj",
+                            make_linear(ctx, "c_proj", h, c, residual_init_std(cfg), row));
   dropout_ = register_module(
       "dropout", std::make_shared<Dropout>(cfg.dropout, ctx.dropout, ctx.layer, kSiteMlp));
 }
 
-Tensor MLP::forward(const Tensor& x) const {
-  Tensor h = kind_ == MlpKind::gelu ? gelu(c_fc_->forward(x))
-                                    : silu(w_gate_->forward(x)) * w_up_->forward(x);
-  return dropout_->forward(c_proj_->forward(h));
+Tensor MLP::forward(const Tensor& x, bool sequence_sharded) const {
+  TESSERA_CHECK(!sequence_sharded || tp_ != nullptr,
+                "MLP: sequence_sharded needs tensor parallelism");
+  const Tensor in = tp_ ? tp_->enter_region(x, sequence_sharded) : x;
+  Tensor h = kind_ == MlpKind::gelu ? gelu(c_fc_->forward(in))
+                                    : silu(w_gate_->forward(in)) * w_up_->forward(in);
+  Tensor out = tp_ ? c_proj_->forward(h, sequence_sharded) : c_proj_->forward(h);
+  return apply_dropout(*dropout_, out, sequence_sharded, tp_.get());
 }
 
-std::shared_ptr<NormLayer> make_norm(const GPTConfig& config, DType dtype) {
+std::shared_ptr<NormLayer> make_norm(const GPTConfig& config, DType dtype,
+                                     std::shared_ptr<TensorParallelOps> tp) {
   if (config.norm == NormKind::layernorm)
-    return std::make_shared<LayerNorm>(config.n_embd, config.bias, config.norm_eps, dtype);
-  return std::make_shared<RMSNorm>(config.n_embd, config.norm_eps, dtype);
+    return std::make_shared<LayerNorm>(config.n_embd, config.bias, config.norm_eps, dtype,
+                                       std::move(tp));
+  return std::make_shared<RMSNorm>(config.n_embd, config.norm_eps, dtype, std::move(tp));
 }
 
-Block::Block(const LayerContext& ctx) {
-  ln_1_ = register_module("ln_1", make_norm(*ctx.config, ctx.dtype));
+Block::Block(const LayerContext& ctx) : tp_(ctx.tp) {
+  ln_1_ = register_module("ln_1", make_norm(*ctx.config, ctx.dtype, tp_));
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(ctx.child("attn")));
-  ln_2_ = register_module("ln_2", make_norm(*ctx.config, ctx.dtype));
+  ln_2_ = register_module("ln_2", make_norm(*ctx.config, ctx.dtype, tp_));
   mlp_ = register_module("mlp", std::make_shared<MLP>(ctx.child("mlp")));
 }
 
 Tensor Block::forward(const Tensor& x, LayerKV* kv, int64_t pos) const {
-  Tensor h = x + attn_->forward(ln_1_->forward(x), kv, pos);
-  return h + mlp_->forward(ln_2_->forward(h));
+  const bool sharded = sequence_sharded(tp_, kv);
+  Tensor h = x + attn_->forward(ln_1_->forward(x, sharded), kv, pos);
+  return h + mlp_->forward(ln_2_->forward(h, sharded), sharded);
 }
 
 }  // namespace tessera::nn

@@ -9,6 +9,15 @@
 // then residual dropout.
 // Block (pre-norm): x + attn(ln_1(x)), then x + mlp(ln_2(x)), with LayerNorm or RMSNorm.
 // Linear layers carry biases when config.bias.
+//
+// Tensor parallelism (LayerContext::tp, Megatron style): attention's c_attn is column-parallel
+// with whole heads per rank (H / tp query heads and Hkv / tp key and value heads each) and
+// c_proj row-parallel; the MLP's c_fc (w_gate, w_up) column-parallel and c_proj row-parallel.
+// Each half enters its region at the input (copy_to_region, or an all-gather of the sequence
+// under sequence parallelism) and leaves it in the row-parallel projection (all-reduce, or a
+// reduce-scatter of the sequence). With sequence parallelism, the norms, dropout and the
+// residual stream run on this rank's [B, T / tp, C] shard, except in cached decoding, where
+// every rank holds the whole (short) step.
 
 #include <cstdint>
 #include <memory>
@@ -34,9 +43,16 @@ class CausalSelfAttention : public Module {
   // pos must be 0 and the T tokens attend among themselves. With one (inference, under
   // NoGradGuard), this step's keys and values are written to positions [pos, pos + T) of kv
   // and each query attends to every cached position up to its own.
+  // Under tensor parallelism x is replicated [B, T, C], or this rank's sequence shard
+  // [B, T / tp, C] with sequence parallelism and no cache, and so is the result; the heads are
+  // this rank's and the cache holds only them.
   Tensor forward(const Tensor& x, LayerKV* kv = nullptr, int64_t pos = 0) const;
+  // This rank's query and key/value heads (all of them without tensor parallelism).
+  int64_t local_heads() const { return n_head_; }
+  int64_t local_kv_heads() const { return n_kv_head_; }
 
  private:
+  std::shared_ptr<TensorParallelOps> tp_;
   int64_t n_head_, n_kv_head_, head_dim_;
   bool rope_;
   double rope_theta_;
@@ -47,17 +63,28 @@ class CausalSelfAttention : public Module {
 class MLP : public Module {
  public:
   explicit MLP(const LayerContext& ctx);
-  // x [..., C] -> [..., C].
-  Tensor forward(const Tensor& x) const;
+  // x [..., C] -> [..., C]. sequence_sharded (tensor parallelism only): x is this rank's
+  // sequence shard [B, T / tp, C], and so is the result.
+  Tensor forward(const Tensor& x, bool sequence_sharded = false) const;
 
  private:
+  std::shared_ptr<TensorParallelOps> tp_;
   MlpKind kind_;
   std::shared_ptr<Linear> c_fc_, w_gate_, w_up_, c_proj_;
   std::shared_ptr<Dropout> dropout_;
 };
 
-// The norm layer config.norm asks for, over n_embd, with config.bias and config.norm_eps.
-std::shared_ptr<NormLayer> make_norm(const GPTConfig& config, DType dtype);
+// The norm layer config.norm asks for, over n_embd, with config.bias and config.norm_eps;
+// tp (may be null) sums its gradients when it runs on sequence shards.
+std::shared_ptr<NormLayer> make_norm(const GPTConfig& config, DType dtype,
+                                     std::shared_ptr<TensorParallelOps> tp = nullptr);
+
+// Whether a forward pass with (or without) a KV cache runs on sequence shards: sequence
+// parallelism is on and the pass is not cached decoding.
+bool sequence_sharded(const std::shared_ptr<TensorParallelOps>& tp, const LayerKV* kv);
+// Dropout on x, or on its sequence shard (keyed by the full activation's element indices).
+Tensor apply_dropout(const Dropout& dropout, const Tensor& x, bool sequence_sharded,
+                     const TensorParallelOps* tp);
 
 class Block : public Module {
  public:
@@ -66,6 +93,7 @@ class Block : public Module {
   Tensor forward(const Tensor& x, LayerKV* kv = nullptr, int64_t pos = 0) const;
 
  private:
+  std::shared_ptr<TensorParallelOps> tp_;
   std::shared_ptr<NormLayer> ln_1_, ln_2_;
   std::shared_ptr<CausalSelfAttention> attn_;
   std::shared_ptr<MLP> mlp_;

@@ -128,7 +128,7 @@ Tensor generate(GPT& model, const Tensor& prompt, const GenerateOptions& options
   for (int64_t b = 0; b < B; ++b)
     rows[size_t(b)].assign(seq.begin() + b * T0, seq.begin() + (b + 1) * T0);
   std::optional<KVCache> cache;
-  if (options.use_cache) cache.emplace(cfg, B, model.dtype(), total);
+  if (options.use_cache) cache.emplace(cfg, B, model.dtype(), total, model.tp_size());
 
   Tensor next = ops::cast(prompt, DType::i64);  // the tokens the model has not seen yet
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {

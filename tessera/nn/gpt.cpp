@@ -1,5 +1,6 @@
 #include "tessera/nn/gpt.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -14,15 +15,22 @@
 
 namespace tessera::nn {
 
-KVCache::KVCache(const GPTConfig& config, int64_t batch, DType dtype, int64_t capacity)
-    : batch_(batch), capacity_(capacity == -1 ? config.block_size : capacity), dtype_(dtype) {
+KVCache::KVCache(const GPTConfig& config, int64_t batch, DType dtype, int64_t capacity,
+                 int tp_size)
+    : batch_(batch),
+      capacity_(capacity == -1 ? config.block_size : capacity),
+      kv_heads_(config.n_kv_head / std::max(tp_size, 1)),
+      dtype_(dtype) {
   config.validate();
+  TESSERA_CHECK(tp_size >= 1 && config.n_kv_head % tp_size == 0, "KVCache: n_kv_head (",
+                config.n_kv_head, ") must be divisible by the tensor-parallel size (", tp_size,
+                ")");
   TESSERA_CHECK(batch > 0, "KVCache: batch must be positive, got ", batch);
   TESSERA_CHECK(capacity_ > 0 && capacity_ <= config.block_size,
                 "KVCache: capacity must be -1 or in [1, block_size = ", config.block_size,
                 "], got ", capacity);
   TESSERA_CHECK(is_floating(dtype), "KVCache: dtype must be floating, got ", dtype_name(dtype));
-  const Shape shape{batch, config.n_kv_head, capacity_, config.head_dim()};
+  const Shape shape{batch, kv_heads_, capacity_, config.head_dim()};
   for (int64_t i = 0; i < config.n_layer; ++i)
     layers_.push_back({zeros(shape, dtype), zeros(shape, dtype)});
 }
@@ -39,37 +47,125 @@ void KVCache::advance(int64_t n) {
   length_ += n;
 }
 
-GPT::GPT(const GPTConfig& config, DType dtype)
-    : config_(config), dtype_(dtype), dropout_(std::make_shared<DropoutState>()) {
+namespace {
+
+int64_t round_up(int64_t n, int64_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
+
+}  // namespace
+
+GPT::GPT(const GPTConfig& config, DType dtype, ModelParallel parallel)
+    : config_(config),
+      dtype_(dtype),
+      parallel_(std::move(parallel)),
+      dropout_(std::make_shared<DropoutState>()) {
   config_.validate();
   TESSERA_CHECK(is_floating(dtype), "GPT: dtype must be floating, got ", dtype_name(dtype));
+  const StageSpec& stage = parallel_.stage;
+  first_layer_ = stage.first_layer;
+  const int64_t layers = stage.num_layers == -1 ? config_.n_layer - first_layer_ : stage.num_layers;
+  TESSERA_CHECK(first_layer_ >= 0 && layers >= 0 && first_layer_ + layers <= config_.n_layer,
+                "GPT: a pipeline stage of ", stage.num_layers, " layers from layer ", first_layer_,
+                " does not fit in n_layer = ", config_.n_layer);
+  TESSERA_CHECK(layers > 0 || stage.has_embedding || stage.has_head,
+                "GPT: a pipeline stage with no layers, no embedding and no head is empty");
   dropout_->seed = config_.init_seed;
-  const int64_t vp = config_.padded_vocab_size(), c = config_.n_embd;
-  // The embeddings and the final norm sit outside every block: dropout layer -1.
-  const LayerContext root{&config_, -1, "", dtype, dropout_};
-  wte_ = register_module(
-      "wte", std::make_shared<Embedding>(vp, c, root.child("wte").init("weight", kInitStd),
-                                         config_.vocab_size));
-  if (config_.position == PositionKind::learned)
-    wpe_ = register_module("wpe",
-                           std::make_shared<Embedding>(config_.block_size, c,
-                                                       root.child("wpe").init("weight", kInitStd)));
-  drop_ = register_module("drop",
-                          std::make_shared<Dropout>(config_.dropout, dropout_, -1, kSiteEmbedding));
-  auto h = register_module("h", std::make_shared<ModuleList>());
-  for (int64_t i = 0; i < config_.n_layer; ++i) {
-    const LayerContext ctx{&config_, i, "h." + std::to_string(i) + ".", dtype, dropout_};
-    blocks_.push_back(std::make_shared<Block>(ctx));
-    h->append(blocks_.back());
+  const std::shared_ptr<TensorParallelOps>& tp = parallel_.tp;
+  vocab_rows_ = round_up(config_.vocab_size, config_.vocab_multiple * tp_size());
+  const int64_t c = config_.n_embd;
+  // The vocabulary tables: vocab-parallel rows under tensor parallelism.
+  ParamMeta vocab_meta;
+  if (tp) {
+    vocab_meta.shard = ShardKind::rows;
+    vocab_meta.segments = {vocab_rows_};
+    if (vocab_rows_ != config_.padded_vocab_size())
+      vocab_meta.unpadded_size = config_.padded_vocab_size();
   }
-  ln_f_ = register_module("ln_f", make_norm(config_, dtype));
+  // The embeddings and the final norm sit outside every block: dropout layer -1.
+  const LayerContext root{&config_, -1, "", dtype, dropout_, tp};
+  const bool tied_copy = !stage.has_embedding && stage.has_head && config_.tie_embeddings;
+  if (stage.has_embedding || tied_copy) {
+    ParamMeta meta = vocab_meta;
+    meta.tied_copy = tied_copy;
+    wte_ = register_module("wte", std::make_shared<Embedding>(
+                                      vocab_rows_, c, root.child("wte").init("weight", kInitStd),
+                                      config_.vocab_size, ParallelSplit{tp, meta}));
+  }
+  if (stage.has_embedding) {
+    if (config_.position == PositionKind::learned)
+      wpe_ = register_module(
+          "wpe", std::make_shared<Embedding>(config_.block_size, c,
+                                             root.child("wpe").init("weight", kInitStd)));
+    drop_ = register_module(
+        "drop", std::make_shared<Dropout>(config_.dropout, dropout_, -1, kSiteEmbedding));
+  }
+  auto h = register_module("h", std::make_shared<ModuleList>());
+  for (int64_t i = first_layer_; i < first_layer_ + layers; ++i) {
+    const LayerContext ctx{&config_, i, "h." + std::to_string(i) + ".", dtype, dropout_, tp};
+    blocks_.push_back(std::make_shared<Block>(ctx));
+    h->append(blocks_.back(), i);
+  }
+  if (!stage.has_head) return;
+  ln_f_ = register_module("ln_f", make_norm(config_, dtype, tp));
   if (!config_.tie_embeddings) {
     lm_head_ = register_module(
-        "lm_head",
-        std::make_shared<Linear>(c, vp, false, root.child("lm_head").init("weight", kInitStd)));
-    if (vp > config_.vocab_size)
-      ops::zero_(ops::narrow(lm_head_->weight(), 0, config_.vocab_size, vp - config_.vocab_size));
+        "lm_head", std::make_shared<Linear>(c, vocab_rows_, false,
+                                            root.child("lm_head").init("weight", kInitStd),
+                                            ParallelSplit{tp, vocab_meta}));
+    // Zero this rank's rows past the real vocabulary.
+    const Tensor& w = lm_head_->weight();
+    const int64_t start = std::max<int64_t>(config_.vocab_size - vocab_start(), 0);
+    if (start < w.size(0)) ops::zero_(ops::narrow(w, 0, start, w.size(0) - start));
   }
+}
+
+int64_t GPT::vocab_start() const {
+  return parallel_.tp ? int64_t(parallel_.tp->rank()) * (vocab_rows_ / tp_size()) : 0;
+}
+
+std::string GPT::describe_parallel() const {
+  const StageSpec& st = parallel_.stage;
+  std::string out;
+  if (!st.has_embedding || !st.has_head || num_layers() != config_.n_layer)
+    out = str_cat("pipeline stage: layers ", first_layer_, "..", first_layer_ + num_layers() - 1,
+                  st.has_embedding ? ", embedding" : "", st.has_head ? ", head" : "", "; ");
+  if (!parallel_.tp) return out + "single process (no tensor parallelism)";
+  const int t = tp_size();
+  return out + str_cat("tensor parallel ", t,
+                       parallel_.tp->sequence_parallel() ? " (sequence parallel)" : "", ": ",
+                       config_.n_head / t, " of ", config_.n_head, " heads, ",
+                       config_.n_kv_head / t, " of ", config_.n_kv_head, " kv heads, ",
+                       config_.ffn_dim() / t, " of ", config_.ffn_dim(), " MLP units and ",
+                       vocab_rows_ / t, " of ", vocab_rows_,
+                       " vocabulary rows per rank; vocabulary ", config_.vocab_size,
+                       " padded to ", vocab_rows_, " = a multiple of vocab_multiple ",
+                       config_.vocab_multiple, " x tp ", t);
+}
+
+std::vector<std::pair<std::string, std::vector<std::string>>> GPT::parameter_units() const {
+  std::vector<std::pair<std::string, std::vector<std::string>>> units;
+  auto add = [&](const std::string& unit, auto&& belongs) {
+    std::vector<std::string> names;
+    for (const auto& [name, t] : named_parameters())
+      if (belongs(name)) names.push_back(name);
+    units.emplace_back(unit, std::move(names));
+  };
+  auto starts = [](const std::string& name, const std::string& prefix) {
+    return name.compare(0, prefix.size(), prefix) == 0;
+  };
+  if (parallel_.stage.has_embedding)
+    add("embedding", [&](const std::string& n) { return starts(n, "wte.") || starts(n, "wpe."); });
+  for (int64_t i = first_layer_; i < first_layer_ + num_layers(); ++i) {
+    const std::string unit = "h." + std::to_string(i);
+    add(unit, [&](const std::string& n) { return starts(n, unit + "."); });
+  }
+  if (parallel_.stage.has_head)
+    add("head", [&](const std::string& n) {
+      return starts(n, "ln_f.") || starts(n, "lm_head.") ||
+             (config_.tie_embeddings && n == "wte.weight");
+    });
+  return units;
 }
 
 void GPT::check_ids(const Tensor& idx, int64_t pos) const {
@@ -88,7 +184,69 @@ void GPT::check_ids(const Tensor& idx, int64_t pos) const {
                   " is outside [0, vocab_size = ", config_.vocab_size, ")");
 }
 
+void GPT::check_whole(const char* what) const {
+  TESSERA_CHECK(parallel_.stage.has_embedding && parallel_.stage.has_head &&
+                    num_layers() == config_.n_layer,
+                "GPT::", what, " needs the whole model, but this is a pipeline stage (",
+                describe_parallel(), "); use forward_stage");
+}
+
+bool GPT::sharded(const KVCache* cache) const {
+  return parallel_.tp && parallel_.tp->sequence_parallel() && cache == nullptr;
+}
+
+Tensor GPT::before(const std::string& unit, const Tensor& x) const {
+  return parallel_.hooks ? parallel_.hooks->before(unit, x) : x;
+}
+
+Tensor GPT::after(const std::string& unit, const Tensor& x) const {
+  return parallel_.hooks ? parallel_.hooks->after(unit, x) : x;
+}
+
+Tensor GPT::embed(const Tensor& idx, int64_t pos, bool sharded) const {
+  const int64_t T = idx.size(1);
+  TESSERA_CHECK(!sharded || T % tp_size() == 0, "GPT: with sequence parallelism the sequence "
+                "length (", T, ", token ids ", idx.describe(),
+                ") must be divisible by the tensor-parallel size (", tp_size(), ")");
+  Tensor x = wte_->forward(before("embedding", idx));
+  if (wpe_) x = x + narrow(wpe_->weight(), 0, pos, T);
+  if (sharded) x = parallel_.tp->scatter_sequence(x);
+  x = apply_dropout(*drop_, x, sharded, parallel_.tp.get());
+  return after("embedding", x);
+}
+
+Tensor GPT::run_blocks(Tensor x, KVCache* cache, int64_t pos) const {
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const int64_t layer = first_layer_ + int64_t(i);
+    const std::string unit = "h." + std::to_string(layer);
+    x = before(unit, x);
+    x = blocks_[i]->forward(x, cache != nullptr ? &cache->layer(layer) : nullptr, pos);
+    x = after(unit, x);
+  }
+  return x;
+}
+
+const Tensor& GPT::head_weight() const {
+  return lm_head_ ? lm_head_->weight() : wte_->weight();
+}
+
+Tensor GPT::head_loss(const Tensor& x, const Tensor& targets, int64_t ignore_index,
+                      bool sharded) const {
+  TESSERA_CHECK(targets.defined(), "GPT: the last pipeline stage needs targets");
+  Tensor h = ln_f_->forward(before("head", x), sharded);
+  Tensor loss;
+  if (!parallel_.tp) {
+    loss = cross_entropy(linear(h, head_weight()), targets, ignore_index, config_.vocab_size);
+  } else {
+    Tensor logits = linear(parallel_.tp->enter_region(h, sharded), head_weight());
+    loss = parallel_.tp->vocab_parallel_cross_entropy(logits, targets, vocab_start(),
+                                                      config_.vocab_size, ignore_index);
+  }
+  return after("head", loss);
+}
+
 Tensor GPT::hidden(const Tensor& idx, KVCache* cache) const {
+  check_whole("hidden");
   std::optional<NoGradGuard> inference;
   if (cache != nullptr) inference.emplace();
   const int64_t pos = cache != nullptr ? cache->length() : 0;
@@ -96,22 +254,36 @@ Tensor GPT::hidden(const Tensor& idx, KVCache* cache) const {
   const int64_t B = idx.size(0), T = idx.size(1);
   if (cache != nullptr)
     TESSERA_CHECK(cache->batch() == B && cache->num_layers() == config_.n_layer &&
+                      cache->kv_heads() == config_.n_kv_head / tp_size() &&
                       cache->dtype() == dtype_ && pos + T <= cache->capacity(),
                   "GPT: a ", dtype_name(cache->dtype()), " KV cache of batch ", cache->batch(),
-                  ", ", cache->num_layers(), " layers and capacity ", cache->capacity(),
-                  " holding ", pos, " positions cannot take token ids ", idx.describe(),
-                  " for this ", config_.n_layer, "-layer ", dtype_name(dtype_), " model");
-  Tensor x = wte_->forward(idx);
-  if (wpe_) x = x + narrow(wpe_->weight(), 0, pos, T);
-  x = drop_->forward(x);
-  for (size_t i = 0; i < blocks_.size(); ++i)
-    x = blocks_[i]->forward(x, cache != nullptr ? &cache->layer(int64_t(i)) : nullptr, pos);
+                  ", ", cache->num_layers(), " layers, ", cache->kv_heads(),
+                  " kv heads and capacity ", cache->capacity(), " holding ", pos,
+                  " positions cannot take token ids ", idx.describe(), " for this ",
+                  config_.n_layer, "-layer ", dtype_name(dtype_), " model with ",
+                  config_.n_kv_head / tp_size(), " kv heads per rank");
+  // Inference may run any length: where it does not divide, skip sequence parallelism (the
+  // same values, more activation memory).
+  const bool shard = sharded(cache) && T % tp_size() == 0;
+  Tensor x = run_blocks(embed(idx, pos, shard), cache, pos);
   if (cache != nullptr) cache->advance(T);
-  return ln_f_->forward(x);
+  x = ln_f_->forward(before("head", x), shard);
+  if (shard) x = parallel_.tp->gather_sequence(x);
+  return after("head", x);
 }
 
 Tensor GPT::head(const Tensor& hidden) const {
-  return linear(hidden, lm_head_ ? lm_head_->weight() : wte_->weight());
+  TESSERA_CHECK(parallel_.stage.has_head, "GPT::head: this pipeline stage has no head (",
+                describe_parallel(), ")");
+  Tensor x = before("head", hidden);
+  Tensor logits;
+  if (!parallel_.tp) {
+    logits = linear(x, head_weight());
+  } else {
+    logits = parallel_.tp->gather_last_dim(
+        linear(parallel_.tp->copy_to_region(x), head_weight()));
+  }
+  return after("head", logits);
 }
 
 Tensor GPT::forward(const Tensor& idx, KVCache* cache) const {
@@ -121,7 +293,29 @@ Tensor GPT::forward(const Tensor& idx, KVCache* cache) const {
 }
 
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index) const {
-  return cross_entropy(forward(idx), targets, ignore_index, config_.vocab_size);
+  check_whole("loss");
+  return forward_stage(idx, targets, ignore_index);
+}
+
+Tensor GPT::forward_stage(const Tensor& input, const Tensor& targets, int64_t ignore_index) const {
+  const bool shard = sharded(nullptr);
+  Tensor x;
+  if (parallel_.stage.has_embedding) {
+    check_ids(input, 0);
+    x = embed(input, 0, shard);
+  } else {
+    TESSERA_CHECK(input.defined() && input.dim() == 3 && input.size(2) == config_.n_embd &&
+                      input.dtype() == dtype_,
+                  "GPT: a pipeline stage after the first takes ", dtype_name(dtype_),
+                  " hidden states [B, T, ", config_.n_embd, "], got ", describe(input));
+    TESSERA_CHECK(input.size(1) * (shard ? tp_size() : 1) <= config_.block_size,
+                  "GPT: hidden states ", input.describe(), " are longer than block_size ",
+                  config_.block_size);
+    x = input;
+  }
+  x = run_blocks(x, nullptr, 0);
+  if (!parallel_.stage.has_head) return x;
+  return head_loss(x, targets, ignore_index, shard);
 }
 
 int64_t GPT::count_parameters(const GPTConfig& config) {

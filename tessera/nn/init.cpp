@@ -2,7 +2,9 @@
 
 #include <cmath>
 
+#include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
+#include "tessera/core/ops/movement.h"
 #include "tessera/core/random.h"
 
 namespace tessera::nn {
@@ -32,6 +34,49 @@ uint64_t param_key(uint64_t init_seed, std::string_view name) {
 Tensor init_normal(const Shape& shape, const InitSpec& spec) {
   Generator gen(spec.key, 0);
   return randn(shape, gen, spec.dtype, Device::cpu(), 0.0, spec.std);
+}
+
+Tensor shard_of(const Tensor& full, const ParamMeta& meta, int rank, int size,
+                const std::string& what) {
+  TESSERA_CHECK(full.defined(), "shard_of: '", what, "' is undefined");
+  TESSERA_CHECK(size >= 1 && rank >= 0 && rank < size, "shard_of: rank ", rank,
+                " is outside a tensor-parallel group of ", size);
+  if (meta.shard == ShardKind::replicated) return ops::clone(full);
+  const int64_t dim = meta.shard == ShardKind::rows ? 0 : 1;
+  TESSERA_CHECK(full.dim() > dim, "shard_of: '", what, "' ", full.describe(),
+                " has no dim ", dim, " to split");
+  int64_t length = 0;
+  for (int64_t s : meta.segments) {
+    TESSERA_CHECK(s > 0 && s % size == 0, "shard_of: '", what, "' has a segment of ", s,
+                  " along dim ", dim, ", which does not split evenly over ", size, " ranks");
+    length += s;
+  }
+  std::vector<int64_t> segments = meta.segments;
+  if (segments.empty()) {
+    length = full.size(dim);
+    TESSERA_CHECK(length % size == 0, "shard_of: '", what, "' ", full.describe(), " dim ", dim,
+                  " (", length, ") does not split evenly over ", size, " ranks");
+    segments = {length};
+  }
+  Tensor src = full;
+  if (full.size(dim) != length) {
+    TESSERA_CHECK(full.size(dim) == meta.unpadded_size && meta.unpadded_size < length,
+                  "shard_of: '", what, "' ", full.describe(), " has ", full.size(dim),
+                  " along dim ", dim, "; expected ", length,
+                  meta.unpadded_size > 0 ? str_cat(" (or ", meta.unpadded_size, " unpadded)") : "");
+    Shape padded = full.shape();
+    padded[int(dim)] = length;
+    src = zeros(padded, full.dtype(), full.device());
+    ops::copy_(ops::narrow(src, dim, 0, full.size(dim)), full);
+  }
+  std::vector<Tensor> parts;
+  int64_t start = 0;
+  for (int64_t s : segments) {
+    const int64_t part = s / size;
+    parts.push_back(ops::narrow(src, dim, start + rank * part, part));
+    start += s;
+  }
+  return parts.size() == 1 ? ops::clone(parts[0]) : ops::cat(parts, dim);
 }
 
 double residual_init_std(const GPTConfig& config) {

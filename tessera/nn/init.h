@@ -18,6 +18,7 @@
 #include "tessera/core/dtype.h"
 #include "tessera/core/tensor.h"
 #include "tessera/nn/gpt_config.h"
+#include "tessera/nn/model_parallel.h"
 
 namespace tessera::nn {
 
@@ -39,6 +40,16 @@ struct InitSpec {
 // The full tensor N(0, spec.std) from (spec.key, offset 0), drawn on the CPU.
 Tensor init_normal(const Shape& shape, const InitSpec& spec);
 
+// Rank `rank`'s part (of `size`) of the full tensor `full` as `meta` splits it: all of it when
+// replicated; otherwise part `rank` of every segment of the split dim, in order. A full tensor
+// whose split dim has meta.unpadded_size is first padded with zero rows to the segments' sum.
+// Tensor-parallel layers draw the full tensor with init_normal and keep this slice, so every
+// layout starts from the single-process weights (at the cost of one full parameter in memory
+// at a time while the model is built). Returns a new contiguous tensor; `what` names the
+// tensor in errors.
+Tensor shard_of(const Tensor& full, const ParamMeta& meta, int rank, int size,
+                const std::string& what);
+
 // GPT-2's init: weights N(0, 0.02), and residual projections (the last linear of attention
 // and of the MLP) N(0, 0.02 / sqrt(2 * n_layer)), as each layer adds to the residual twice.
 inline constexpr double kInitStd = 0.02;
@@ -57,14 +68,15 @@ inline constexpr int64_t kSiteMlp = 1;
 inline constexpr int64_t kSiteEmbedding = 2;
 
 // What a transformer layer needs to build itself: the model's config, its block index and
-// name prefix (so each parameter's init key comes from its full name), the parameter dtype
-// and the model's dropout state.
+// name prefix (so each parameter's init key comes from its full name), the parameter dtype,
+// the model's dropout state, and the tensor-parallel group it is split over (null: none).
 struct LayerContext {
   const GPTConfig* config = nullptr;
   int64_t layer = 0;   // block index (-1 outside the blocks); also the dropout key's layer
   std::string prefix;  // the module's full path ending in '.', such as "h.3.attn."
   DType dtype = DType::f32;
   std::shared_ptr<const DropoutState> dropout;
+  std::shared_ptr<TensorParallelOps> tp;
 
   // The context of a child module called `name`.
   LayerContext child(const std::string& name) const;

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/core/error.h"
 #include "tessera/core/ops/movement.h"
 
 namespace tessera::nn {
@@ -26,10 +27,19 @@ void Module::check_new_name(const std::string& name) const {
 }
 
 Tensor Module::register_parameter(const std::string& name, const Tensor& value) {
+  return register_parameter(name, value, ParamMeta{});
+}
+
+Tensor Module::register_parameter(const std::string& name, const Tensor& value,
+                                  const ParamMeta& meta) {
   check_new_name(name);
   TESSERA_CHECK(value.defined(), "register_parameter: '", name, "' is undefined");
+  TESSERA_CHECK(meta.shard == ShardKind::replicated || value.dim() >= (meta.shard == ShardKind::cols ? 2 : 1),
+                "register_parameter: '", name, "' ", value.describe(), " cannot be split along dim ",
+                meta.shard == ShardKind::cols ? 1 : 0);
   value.set_requires_grad(true);
   params_.emplace_back(name, value);
+  metas_.push_back(meta);
   return value;
 }
 
@@ -64,6 +74,24 @@ std::vector<Tensor> Module::parameters() const {
   std::vector<Tensor> out;
   for (auto& [n, t] : named_parameters()) out.push_back(t);
   return out;
+}
+
+std::vector<std::pair<std::string, ParamMeta>> Module::named_parameter_meta() const {
+  std::vector<std::pair<std::string, ParamMeta>> out;
+  collect_meta("", out);
+  return out;
+}
+
+void Module::collect_meta(const std::string& prefix,
+                          std::vector<std::pair<std::string, ParamMeta>>& out) const {
+  for (size_t i = 0; i < params_.size(); ++i) out.emplace_back(prefix + params_[i].first, metas_[i]);
+  for (const auto& [n, child] : children_) child->collect_meta(prefix + n + ".", out);
+}
+
+ParamMeta Module::param_meta(const std::string& name) const {
+  for (auto& [n, meta] : named_parameter_meta())
+    if (n == name) return meta;
+  detail::throw_error("param_meta: the model has no parameter '", name, "'");
 }
 
 StateDict Module::named_buffers() const {

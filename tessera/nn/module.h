@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tessera/core/tensor.h"
+#include "tessera/nn/model_parallel.h"
 
 namespace tessera::nn {
 
@@ -32,6 +33,11 @@ class Module {
   // All parameters of this module and its children, depth-first in registration order.
   StateDict named_parameters() const;
   std::vector<Tensor> parameters() const;
+  // How each parameter is split over tensor-parallel ranks, in named_parameters() order
+  // (replicated unless its layer said otherwise).
+  std::vector<std::pair<std::string, ParamMeta>> named_parameter_meta() const;
+  // One parameter's meta by its full name; throws naming it if there is no such parameter.
+  ParamMeta param_meta(const std::string& name) const;
   StateDict named_buffers() const;
   // Parameters then buffers, per module, in tree order.
   StateDict state_dict() const;
@@ -54,6 +60,8 @@ class Module {
  protected:
   // Registers a parameter (it is marked requires_grad) and returns the same handle.
   Tensor register_parameter(const std::string& name, const Tensor& value);
+  // A parameter that is a tensor-parallel shard (or a tied copy): see ParamMeta.
+  Tensor register_parameter(const std::string& name, const Tensor& value, const ParamMeta& meta);
   Tensor register_buffer(const std::string& name, const Tensor& value);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
@@ -65,8 +73,11 @@ class Module {
   void add_child(const std::string& name, std::shared_ptr<Module> module);
   void check_new_name(const std::string& name) const;
   void collect(const std::string& prefix, bool params, bool buffers, StateDict& out) const;
+  void collect_meta(const std::string& prefix,
+                    std::vector<std::pair<std::string, ParamMeta>>& out) const;
 
   StateDict params_;
+  std::vector<ParamMeta> metas_;  // parallel to params_
   StateDict buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;

@@ -1,0 +1,83 @@
+// Gathering is one all-gather per sharded tensor into [size, local...], then, along the split
+// dim, the ranks' parts of each segment are joined in order and the tensor-parallel padding
+// (vocabulary rows) is cut off.
+
+#include "tessera/parallel/tp/full_state.h"
+
+#include <vector>
+
+#include "tessera/core/error.h"
+#include "tessera/core/ops/creation.h"
+#include "tessera/core/ops/movement.h"
+#include "tessera/nn/init.h"
+
+namespace tessera::parallel::tp {
+
+Tensor gather_full(const Tensor& local, const nn::ParamMeta& meta, Communicator& group) {
+  TESSERA_CHECK(local.defined(), "gather_full: the shard is undefined");
+  if (meta.shard == nn::ShardKind::replicated) return ops::clone(local);
+  const int64_t dim = meta.shard == nn::ShardKind::rows ? 0 : 1;
+  const int64_t t = group.size();
+  TESSERA_CHECK(local.dim() > dim, "gather_full: shard ", local.describe(), " has no dim ", dim);
+  std::vector<int64_t> segments = meta.segments;
+  if (segments.empty()) segments = {local.size(dim) * t};
+  int64_t local_length = 0;
+  for (int64_t s : segments) local_length += s / t;
+  TESSERA_CHECK(local_length == local.size(dim), "gather_full: shard ", local.describe(),
+                " has ", local.size(dim), " along dim ", dim, " but its segments give ",
+                local_length, " per rank of ", t);
+  Tensor all = empty(Shape{t * local.numel()}, local.dtype(), local.device());
+  group.all_gather(ops::contiguous(local), all);
+  Shape stacked = local.shape();
+  stacked.insert(0, t);
+  all = ops::view(all, stacked);
+  std::vector<Tensor> pieces;
+  int64_t start = 0;
+  for (int64_t s : segments) {
+    for (int64_t r = 0; r < t; ++r)
+      pieces.push_back(ops::narrow(ops::select(all, 0, r), dim, start, s / t));
+    start += s / t;
+  }
+  Tensor full = ops::cat(pieces, dim);
+  if (meta.unpadded_size > 0 && meta.unpadded_size < full.size(dim))
+    full = ops::contiguous(ops::narrow(full, dim, 0, meta.unpadded_size));
+  return full;
+}
+
+nn::StateDict gather_full_state_dict(const nn::Module& model, Communicator& group) {
+  nn::StateDict out;
+  const auto metas = model.named_parameter_meta();
+  for (const auto& [name, t] : model.state_dict()) {
+    nn::ParamMeta meta;
+    for (const auto& [n, m] : metas)
+      if (n == name) meta = m;
+    out.emplace_back(name, gather_full(t, meta, group));
+  }
+  return out;
+}
+
+nn::StateDict gather_full_grads(const nn::Module& model, Communicator& group) {
+  nn::StateDict out;
+  const auto metas = model.named_parameter_meta();
+  const nn::StateDict params = model.named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor g = params[i].second.grad();
+    if (g.defined()) out.emplace_back(params[i].first, gather_full(g, metas[i].second, group));
+  }
+  return out;
+}
+
+void load_full_state_dict(nn::Module& model, const nn::StateDict& full, int rank, int size,
+                          bool strict) {
+  const auto metas = model.named_parameter_meta();
+  nn::StateDict local;
+  for (const auto& [name, t] : full) {
+    nn::ParamMeta meta;
+    for (const auto& [n, m] : metas)
+      if (n == name) meta = m;
+    local.emplace_back(name, nn::shard_of(t, meta, rank, size, name));
+  }
+  model.load_state_dict(local, strict);
+}
+
+}  // namespace tessera::parallel::tp
