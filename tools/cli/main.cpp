@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   tessera::cli::add_prepare_command(app);
   tessera::cli::add_tokenizer_command(app);
   tessera::cli::add_ckpt_command(app);
+  tessera::cli::add_schedule_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
