@@ -1,0 +1,163 @@
+#include "tessera/parallel/data/data_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/core/error.h"
+#include "tessera/core/ops/creation.h"
+#include "tessera/core/ops/movement.h"
+#include "tessera/nn/optim/optimizer.h"
+
+namespace tessera::parallel {
+
+namespace {
+
+// Every rank must lay out the same parameters: compares (count, elements, a hash of names and
+// shapes) across the group with one max all-reduce of the values and their negations, so every
+// rank sees a mismatch and throws (none is left waiting in a later collective).
+void check_same_parameters(const nn::StateDict& params, Communicator& dp) {
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  auto mix = [&hash](const void* data, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      hash = (hash ^ static_cast<const uint8_t*>(data)[i]) * 1099511628211ull;
+  };
+  int64_t elements = 0;
+  for (const auto& [name, p] : params) {
+    mix(name.data(), name.size());
+    for (int d = 0; d < p.dim(); ++d) {
+      int64_t s = p.size(d);
+      mix(&s, sizeof(s));
+    }
+    elements += p.numel();
+  }
+  const int64_t h = int64_t(hash >> 2);  // non-negative, so its negation is exact
+  const int64_t n = int64_t(params.size());
+  Tensor v = from_vector<int64_t>({n, elements, h, -n, -elements, -h}, Shape{6});
+  dp.all_reduce(v, CommOp::max);
+  std::vector<int64_t> got = to_vector<int64_t>(v);
+  TESSERA_CHECK(got[0] == -got[3] && got[1] == -got[4] && got[2] == -got[5],
+                "DataParallel: the ranks of group ", dp.name(), " hold different parameters (",
+                "this rank: ", n, " tensors, ", elements, " elements; the group spans ", -got[3],
+                "..", got[0], " tensors, ", -got[4], "..", got[1],
+                " elements, or names/shapes differ)");
+}
+
+}  // namespace
+
+DataParallel::DataParallel(const nn::StateDict& params, Communicator& dp, DataParallelConfig config)
+    : config_(std::move(config)), dp_(&dp) {
+  TESSERA_CHECK(config_.zero_stage >= 0 && config_.zero_stage <= 3,
+                "DataParallel: ZeRO stage must be 0, 1, 2 or 3, got ", config_.zero_stage);
+  TESSERA_CHECK(config_.zero_stage < 3 || !config_.units.empty(),
+                "DataParallel: ZeRO-3 gathers parameters per unit; pass the model's units ",
+                "(gpt_units(model.named_parameters()) for nn::GPT)");
+  TESSERA_CHECK(config_.tied.empty() || config_.tied_group != nullptr,
+                "DataParallel: tied parameters need the group to sum them over (tied_group)");
+  NoGradGuard no_grad;
+  check_same_parameters(params, *dp_);
+  // Rank 0's values win, as in PyTorch DDP (keyed init makes them equal anyway).
+  for (const auto& [name, p] : params) {
+    TESSERA_CHECK(p.is_contiguous(), "DataParallel: parameter '", name, "' (", p.describe(),
+                  ") must be contiguous");
+    dp_->broadcast(p, 0);
+  }
+  LayoutOptions lo;
+  lo.dp_size = dp_->size();
+  lo.bucket_bytes = config_.bucket_bytes;
+  lo.units = config_.units;
+  lo.tied = config_.tied;
+  layout_ = std::make_unique<FlatLayout>(params, lo);
+  const int stage = config_.zero_stage;
+  params_ = std::make_unique<FlatParams>(*layout_, dp_->rank(), stage == 3);
+  reducer_ = std::make_unique<GradReducer>(*layout_, stage, *dp_, config_.tied_group);
+  optimizer_ = std::make_unique<ZeroAdamW>(*layout_, stage, dp_->rank(), config_.adamw);
+  if (stage == 3) hooks_ = std::make_shared<Zero3Hooks>(*layout_, *params_, *dp_);
+  const int tp_rank = config_.tp != nullptr ? config_.tp->rank() : 0;
+  for (const auto& p : layout_->params())
+    counted_.push_back(
+        counts_in_norm(config_.param_meta ? config_.param_meta(p.name) : nn::ParamMeta{}, tp_rank));
+}
+
+DataParallel::~DataParallel() = default;
+
+void DataParallel::backward(const Tensor& loss, bool sync) {
+  set_sync(sync);
+  loss.backward();
+  finish();
+}
+
+void DataParallel::finish() {
+  reducer_->finish();
+  if (hooks_) hooks_->finish();
+}
+
+std::vector<Tensor> DataParallel::norm_pieces() const {
+  // This rank's shard of each bucket, cut at parameter boundaries so each piece can be counted
+  // or not, and ordered as nn::AdamW's groups list the parameters (dim >= 2 first, then the
+  // rest, each in registration order): at dp 1 this is exactly nn::clip_and_step's list.
+  struct Piece {
+    bool no_decay;
+    int param;
+    int64_t offset;
+    Tensor t;
+  };
+  std::vector<Piece> pieces;
+  const int rank = dp_->rank();
+  for (size_t b = 0; b < layout_->buckets().size(); ++b) {
+    const Tensor shard = reducer_->shard_grad(int(b));
+    const int64_t origin = rank * layout_->shard_numel(int(b));
+    for (const Segment& s : layout_->shard_segments(int(b), rank))
+      if (counted_[size_t(s.param)])
+        pieces.push_back({layout_->params()[size_t(s.param)].tensor.dim() < 2, s.param,
+                          s.param_offset,
+                          ops::narrow(shard, 0, s.bucket_offset - origin, s.length)});
+  }
+  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
+    return std::tie(a.no_decay, a.param, a.offset) < std::tie(b.no_decay, b.param, b.offset);
+  });
+  std::vector<Tensor> out;
+  for (Piece& p : pieces) out.push_back(std::move(p.t));
+  return out;
+}
+
+GradNorm DataParallel::grad_norm() {
+  std::vector<Communicator*> groups{dp_, config_.tp};
+  groups.insert(groups.end(), config_.norm_groups.begin(), config_.norm_groups.end());
+  return global_grad_norm(norm_pieces(), groups);
+}
+
+StepResult DataParallel::step(double grad_scale) {
+  TESSERA_CHECK(std::isfinite(grad_scale) && grad_scale > 0, "DataParallel::step: grad_scale ",
+                "must be finite and positive, got ", grad_scale);
+  StepResult r;
+  GradNorm norm = grad_norm();
+  r.grad_norm = norm.norm * grad_scale;
+  r.finite = norm.finite;
+  if (!r.finite) return r;
+  r.clip = nn::clip_factor(r.grad_norm, config_.max_grad_norm);
+  optimizer_->step(*params_, *reducer_, r.clip * grad_scale);
+  if (config_.zero_stage == 1 || config_.zero_stage == 2) params_->all_gather_shards(*dp_);
+  if (hooks_) hooks_->refresh();  // buckets gathered across the step show the update
+  return r;
+}
+
+void DataParallel::zero_grad() {
+  reducer_->zero_grad();
+}
+
+void DataParallel::gather_parameters() {
+  if (hooks_) hooks_->gather_all();
+}
+
+void DataParallel::release_parameters() {
+  if (hooks_) hooks_->release_all();
+}
+
+MemoryStats DataParallel::memory() const {
+  return {params_->held_bytes(), reducer_->held_bytes(), optimizer_->held_bytes(),
+          std::max(params_->peak_bytes(), params_->held_bytes())};
+}
+
+}  // namespace tessera::parallel

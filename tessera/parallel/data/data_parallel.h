@@ -1,0 +1,166 @@
+#pragma once
+// DataParallel: data parallelism with ZeRO stages 0-3 over flat parameter and gradient
+// buffers, with AdamW and global-norm clipping. The trainer's loop:
+//
+//   auto hooks = std::make_shared<DeferredUnitHooks>();    // ZeRO-3: the model calls these
+//   nn::GPT model(gpt_config, DType::f32, {tp, stage, hooks});
+//   DataParallel dp(model.named_parameters(), mesh.dp(), config);   // collective
+//   hooks->set_target(dp.unit_hooks());
+//   for each step:
+//     dp.set_lr(schedule.lr(step));
+//     for each micro-batch m of M:                 // this rank's slice of the global batch
+//       dp.backward(model.loss(x, y) / M, m == M - 1);
+//     StepResult r = dp.step();                    // norm, clip, update, gather
+//     dp.zero_grad();
+//
+//   stage  parameters        gradients                   AdamW state  after backward
+//   0      full              full, averaged              full         reduce-scatter, gather
+//   1      full              full local + reduced shard  shard        reduce-scatter
+//   2      full              reduced shard               shard        reduce-scatter
+//   3      shard (+ a unit)  reduced shard               shard        reduce-scatter
+//
+// After the update, ZeRO 1/2 all-gather the parameters; ZeRO-3 keeps its shard and gathers
+// each unit just in time (Zero3Hooks). Every stage reduces the same buckets with the same
+// reduce-scatter and computes the norm over the same shards, so on one layout all four stages
+// produce bit-identical weights (tests/parallel/dp_equivalence_test.cpp asserts it).
+//
+// Nothing here is process-global: the object owns its buffers and communicator handle.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tessera/nn/model_parallel.h"
+#include "tessera/nn/module.h"
+#include "tessera/nn/optim/adamw.h"
+#include "tessera/parallel/comm/communicator.h"
+#include "tessera/parallel/data/flat_layout.h"
+#include "tessera/parallel/data/flat_params.h"
+#include "tessera/parallel/data/grad_norm.h"
+#include "tessera/parallel/data/grad_reducer.h"
+#include "tessera/parallel/data/zero3_hooks.h"
+#include "tessera/parallel/data/zero_adamw.h"
+
+namespace tessera::parallel {
+
+struct DataParallelConfig {
+  int zero_stage = 0;                        // 0, 1, 2 or 3
+  int64_t bucket_bytes = int64_t(25) << 20;  // bucket size when no units are given
+  // Units of parameters (gpt_units()): required at ZeRO-3; below it, optional, and then the
+  // buckets are the units (so every stage shares the layout of ZeRO-3).
+  std::vector<UnitSpec> units;
+  nn::AdamWOptions adamw;
+  double max_grad_norm = 0.0;  // global-norm clipping; <= 0 disables it
+
+  // Model parallelism around the dp group, for the global norm (grad_norm.h).
+  std::function<nn::ParamMeta(const std::string&)> param_meta;  // empty: all replicated
+  Communicator* tp = nullptr;              // replicated parameters count on its rank 0
+  std::vector<Communicator*> norm_groups;  // further groups holding other parameters (pp)
+  // Parameters whose gradients are summed with copies on other pipeline stages over
+  // tied_group (each gets a bucket of its own so every stage shards it alike).
+  std::set<std::string> tied;
+  Communicator* tied_group = nullptr;
+};
+
+struct StepResult {
+  double grad_norm = 0.0;  // of the gradients after grad_scale, before clipping
+  bool finite = true;      // false: inf/NaN somewhere; nothing was updated
+  double clip = 1.0;       // the clip factor applied
+};
+
+// Bytes this rank holds now in the buffers DataParallel owns (the model's activations and
+// the trainer's own tensors are not counted).
+struct MemoryStats {
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_state = 0;
+  int64_t parameters_peak = 0;  // ZeRO-3: the most parameter memory held during use
+};
+
+// Hooks a model can be built with before its DataParallel exists (DataParallel needs the
+// model's parameters, nn::GPT takes its hooks at construction): forwards to the target set
+// later (DataParallel::unit_hooks()), and is the identity while none is set.
+class DeferredUnitHooks final : public nn::UnitHooks {
+ public:
+  void set_target(std::shared_ptr<nn::UnitHooks> target) { target_ = std::move(target); }
+  Tensor before(const std::string& unit, const Tensor& x) override {
+    return target_ ? target_->before(unit, x) : x;
+  }
+  Tensor after(const std::string& unit, const Tensor& x) override {
+    return target_ ? target_->after(unit, x) : x;
+  }
+
+ private:
+  std::shared_ptr<nn::UnitHooks> target_;
+};
+
+class DataParallel {
+ public:
+  // Moves `params` into flat buffers (their TensorImpls now point there) and, at ZeRO-3, keeps
+  // only this rank's shard. Every rank must pass the same names and shapes, and the same
+  // values (init is keyed, so models built alike agree). Collective over dp. The
+  // communicators (dp and those in the config) must outlive this object.
+  DataParallel(const nn::StateDict& params, Communicator& dp, DataParallelConfig config);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // ZeRO-3: the hooks the model calls around each unit; null below ZeRO-3.
+  std::shared_ptr<nn::UnitHooks> unit_hooks() const { return hooks_; }
+
+  // loss.backward() then finish(). `sync` false on all but the last micro-batch of a step.
+  void backward(const Tensor& loss, bool sync = true);
+  // For callers that run backward themselves (a pipeline executor): set_sync before it, and
+  // finish() after each backward pass. Collective over dp.
+  void set_sync(bool sync) { reducer_->set_sync(sync); }
+  void finish();
+
+  // The global gradient norm (grad_norm.h) of the reduced gradients. Collective.
+  GradNorm grad_norm();
+  // Norm, clip, AdamW on this rank's region, and the stage's all-gather. Gradients are
+  // multiplied by grad_scale first (1 / loss scale); a non-finite norm skips the update.
+  // Collective over every group the norm uses.
+  StepResult step(double grad_scale = 1.0);
+  void zero_grad();
+
+  // The full optimizer state in nn::AdamW's checkpoint format, whatever the stage, and its
+  // restore (zero_adamw.h). Collective over dp.
+  nn::OptimizerState optimizer_state() const { return optimizer_->gather_state(*dp_); }
+  void load_optimizer_state(const nn::OptimizerState& state) { optimizer_->load_state(state); }
+
+  void set_lr(double lr) { optimizer_->set_lr(lr); }
+  double lr() const { return optimizer_->lr(); }
+  int64_t step_count() const { return optimizer_->step_count(); }
+
+  // ZeRO-3: gathers every parameter (to read, evaluate, save or load it) until
+  // release_parameters(), which keeps values loaded meanwhile. No-ops below ZeRO-3 (the
+  // parameters are always whole there). Collective.
+  void gather_parameters();
+  void release_parameters();
+
+  int zero_stage() const { return config_.zero_stage; }
+  const FlatLayout& layout() const { return *layout_; }
+  const FlatParams& flat_params() const { return *params_; }
+  const GradReducer& reducer() const { return *reducer_; }
+  const ZeroAdamW& optimizer() const { return *optimizer_; }
+  MemoryStats memory() const;
+  ReduceStats reduce_stats() const { return reducer_->stats(); }
+  int64_t gathers() const { return hooks_ ? hooks_->gathers() : 0; }
+
+ private:
+  std::vector<Tensor> norm_pieces() const;
+
+  DataParallelConfig config_;
+  Communicator* dp_;
+  std::unique_ptr<FlatLayout> layout_;
+  std::unique_ptr<FlatParams> params_;
+  std::unique_ptr<GradReducer> reducer_;
+  std::unique_ptr<ZeroAdamW> optimizer_;
+  std::shared_ptr<Zero3Hooks> hooks_;
+  std::vector<char> counted_;  // per parameter: counts in the global norm on this rank
+};
+
+}  // namespace tessera::parallel

@@ -1,0 +1,136 @@
+#include "tessera/parallel/data/flat_params.h"
+
+#include <algorithm>
+
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/core/backend.h"
+#include "tessera/core/error.h"
+#include "tessera/core/ops/creation.h"
+#include "tessera/core/ops/movement.h"
+
+namespace tessera::parallel {
+
+namespace {
+
+Tensor flat_view(const std::shared_ptr<Storage>& storage, int64_t offset, int64_t numel,
+                 DType dtype) {
+  return Tensor(storage, Shape{numel}, Strides{1}, offset, dtype);
+}
+
+}  // namespace
+
+FlatParams::FlatParams(const FlatLayout& layout, int dp_rank, bool sharded)
+    : layout_(layout), rank_(dp_rank), sharded_(sharded) {
+  TESSERA_CHECK(dp_rank >= 0 && dp_rank < layout.dp_size(), "FlatParams: dp rank ", dp_rank,
+                " is outside a group of ", layout.dp_size());
+  NoGradGuard no_grad;
+  const auto& spaces = layout.spaces();
+  const auto& buckets = layout.buckets();
+  const Device device = layout.params().front().tensor.device();
+  for (const auto& p : layout.params())
+    TESSERA_CHECK(p.tensor.device() == device, "FlatParams: parameter '", p.name, "' is ",
+                  p.tensor.describe(), " but '", layout.params().front().name, "' is on ", device,
+                  "; one data-parallel layout holds the parameters of one device");
+  if (sharded) {
+    gathered_version_.assign(buckets.size(), 0);
+    for (const auto& b : buckets)
+      storage_.push_back(std::make_shared<Storage>(
+          size_t(b.numel) * dtype_size(spaces[size_t(b.space)].dtype), device));
+    for (const auto& s : spaces) shards_.push_back(zeros(Shape{s.shard_numel}, s.dtype, device));
+  } else {
+    for (const auto& s : spaces)
+      storage_.push_back(std::make_shared<Storage>(size_t(s.numel) * dtype_size(s.dtype), device));
+  }
+  // Zero the padding (the whole buffer: parameters overwrite their part next).
+  for (size_t i = 0; i < storage_.size(); ++i) {
+    DType dtype = sharded ? spaces[size_t(buckets[i].space)].dtype : spaces[i].dtype;
+    int64_t numel = int64_t(storage_[i]->nbytes() / dtype_size(dtype));
+    ops::zero_(flat_view(storage_[i], 0, numel, dtype));
+  }
+  for (const auto& p : layout.params()) {
+    const auto& b = buckets[size_t(p.bucket)];
+    const auto& storage = storage_[size_t(sharded ? p.bucket : b.space)];
+    const int64_t offset = (sharded ? 0 : b.flat_offset) + p.offset;
+    TensorImpl* impl = p.tensor.impl_ptr();
+    ops::copy_(Tensor(storage, impl->shape, contiguous_strides(impl->shape), offset, impl->dtype),
+               p.tensor);
+    impl->storage = storage;
+    impl->strides = contiguous_strides(impl->shape);
+    impl->offset = offset;
+    impl->grad.reset();
+  }
+  if (sharded) {
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      ops::copy_(shard(int(b)), ops::narrow(bucket(int(b)), 0, rank_ * layout.shard_numel(int(b)),
+                                            layout.shard_numel(int(b))));
+      storage_[b]->release();
+    }
+  }
+  reset_peak();
+}
+
+Tensor FlatParams::bucket(int b) const {
+  const auto& k = layout_.buckets()[size_t(b)];
+  const DType dtype = layout_.spaces()[size_t(k.space)].dtype;
+  if (sharded_) return flat_view(storage_[size_t(b)], 0, k.numel, dtype);
+  return flat_view(storage_[size_t(k.space)], k.flat_offset, k.numel, dtype);
+}
+
+Tensor FlatParams::shard(int b) const {
+  const auto& k = layout_.buckets()[size_t(b)];
+  const int64_t s = layout_.shard_numel(b);
+  if (sharded_) return ops::narrow(shards_[size_t(k.space)], 0, k.shard_offset, s);
+  return ops::narrow(bucket(b), 0, rank_ * s, s);
+}
+
+void FlatParams::all_gather_shards(Communicator& dp) {
+  TESSERA_ASSERT(!sharded_, "all_gather_shards is for unsharded parameters");
+  if (dp.size() == 1) return;
+  NoGradGuard no_grad;
+  // MPI cannot gather from a slice of the output buffer itself, so each shard is copied out.
+  std::vector<std::shared_ptr<Work>> works;
+  for (size_t b = 0; b < layout_.buckets().size(); ++b)
+    works.push_back(dp.all_gather_async(ops::clone(shard(int(b))), bucket(int(b))));
+  for (auto& w : works) w->wait();
+}
+
+std::shared_ptr<Work> FlatParams::gather_async(int b, Communicator& dp) {
+  TESSERA_ASSERT(sharded_, "gather_async is for sharded parameters");
+  storage_[size_t(b)]->reallocate();
+  gathered_version_[size_t(b)] = storage_[size_t(b)]->version();
+  peak_ = std::max(peak_, held_bytes());
+  if (dp.size() == 1) {
+    // A plain copy, without the version bump of ops::copy_: the backward pass re-gathers the
+    // very values its saved tensors hold, and a bump would make them look overwritten.
+    backend_for(shard(b).device()).copy(shard(b), bucket(b));
+    return std::make_shared<CompletedWork>();
+  }
+  return dp.all_gather_async(shard(b), bucket(b));
+}
+
+void FlatParams::release(int b) {
+  TESSERA_ASSERT(sharded_, "release is for sharded parameters");
+  storage_[size_t(b)]->release();
+}
+
+void FlatParams::write_back(int b) {
+  TESSERA_ASSERT(sharded_, "write_back is for sharded parameters");
+  if (storage_[size_t(b)]->version() == gathered_version_[size_t(b)]) return;
+  NoGradGuard no_grad;
+  const int64_t s = layout_.shard_numel(b);
+  ops::copy_(shard(b), ops::narrow(bucket(b), 0, rank_ * s, s));
+}
+
+bool FlatParams::gathered(int b) const {
+  return !sharded_ || !storage_[size_t(b)]->released();
+}
+
+int64_t FlatParams::held_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& s : storage_)
+    if (!s->released()) bytes += int64_t(s->nbytes());
+  for (const Tensor& t : shards_) bytes += int64_t(t.nbytes());
+  return bytes;
+}
+
+}  // namespace tessera::parallel

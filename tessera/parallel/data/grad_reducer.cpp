@@ -1,0 +1,211 @@
+#include "tessera/parallel/data/grad_reducer.h"
+
+#include "tessera/autograd/engine.h"
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/core/error.h"
+#include "tessera/core/ops/creation.h"
+#include "tessera/core/ops/elementwise.h"
+#include "tessera/core/ops/movement.h"
+
+namespace tessera::parallel {
+
+GradReducer::GradReducer(const FlatLayout& layout, int stage, Communicator& dp,
+                         Communicator* tied_group)
+    : layout_(layout),
+      stage_(stage),
+      dp_(&dp),
+      tied_(tied_group),
+      rank_(dp_->rank()),
+      self_(std::make_shared<GradReducer*>(this)) {
+  const auto& spaces = layout.spaces();
+  const size_t num_buckets = layout.buckets().size();
+  const Device device = layout.params().front().tensor.device();
+  if (stage_ <= 1) {
+    for (const auto& s : spaces) full_.push_back(zeros(Shape{s.numel}, s.dtype, device));
+    for (const auto& p : layout.params()) {
+      Tensor g = ops::reshape(
+          ops::narrow(full_[size_t(p.space)], 0,
+                      layout.buckets()[size_t(p.bucket)].flat_offset + p.offset, p.tensor.numel()),
+          p.tensor.shape());
+      p.tensor.set_grad(g);
+    }
+  }
+  if (stage_ >= 1)
+    for (const auto& s : spaces) shards_.push_back(zeros(Shape{s.shard_numel}, s.dtype, device));
+  staging_.resize(num_buckets);
+  shard_written_.assign(num_buckets, false);
+  arrived_.assign(num_buckets, 0);
+  reduced_.resize(num_buckets);
+  if (stage_ == 0) gather_ = dp.split(0, dp.rank(), dp.name() + ".gather");  // collective
+
+  std::weak_ptr<GradReducer*> weak = self_;
+  for (size_t i = 0; i < layout.params().size(); ++i) {
+    autograd::register_post_accumulate_hook(layout.params()[i].tensor, [weak, i](const Tensor&) {
+      if (auto self = weak.lock()) (*self)->on_grad(int(i));
+    });
+  }
+}
+
+GradReducer::~GradReducer() {
+  // Reductions still in flight write into buffers this object owns.
+  for (Pending& p : pending_) p.work->wait();
+  for (auto& w : gathers_) w->wait();
+}
+
+Tensor GradReducer::staging(int b) {
+  const auto& k = layout_.buckets()[size_t(b)];
+  const DType dtype = layout_.spaces()[size_t(k.space)].dtype;
+  auto& storage = staging_[size_t(b)];
+  const bool fresh = storage == nullptr || storage->released();
+  if (storage == nullptr) {
+    storage = std::make_shared<Storage>(size_t(k.numel) * dtype_size(dtype),
+                                        layout_.params().front().tensor.device());
+  } else if (storage->released()) {
+    storage->reallocate();
+  }
+  Tensor t(storage, Shape{k.numel}, Strides{1}, 0, dtype);
+  if (fresh) ops::zero_(t);  // padding, and parameters that get no gradient this pass
+  return t;
+}
+
+void GradReducer::on_grad(int param) {
+  NoGradGuard no_grad;
+  const auto& p = layout_.params()[size_t(param)];
+  TESSERA_CHECK(p.bucket >= next_launch_, "data parallel: the gradient of '", p.name,
+                "' arrived after its bucket was reduced in this pass; call finish() after "
+                "each backward pass");
+  if (stage_ <= 1) {
+    const Tensor g = p.tensor.grad();
+    TESSERA_CHECK(g.defined() && g.storage() == full_[size_t(p.space)].storage(),
+                  "data parallel: the gradient of '", p.name,
+                  "' is no longer a view into the flat gradient buffer; it was reset outside "
+                  "DataParallel (use DataParallel::zero_grad, not Module or Optimizer zero_grad)");
+    if (!sync_) return;
+  } else {
+    Tensor slot = ops::reshape(ops::narrow(staging(p.bucket), 0, p.offset, p.tensor.numel()),
+                               p.tensor.shape());
+    ops::copy_(slot, p.tensor.grad());
+    p.tensor.set_grad(Tensor());
+  }
+  ++arrived_[size_t(p.bucket)];
+  launch_ready(true);
+  poll();
+}
+
+void GradReducer::poll() {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->work->test()) {
+      complete(*it, true);
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& w : gathers_) w->test();  // lets MPI progress them
+}
+
+void GradReducer::launch_ready(bool in_backward) {
+  const auto& buckets = layout_.buckets();
+  while (next_launch_ < int(buckets.size()) &&
+         (!in_backward ||
+          arrived_[size_t(next_launch_)] >= int(buckets[size_t(next_launch_)].params.size()))) {
+    launch(next_launch_++);
+    ++(in_backward ? stats_.launched_in_backward : stats_.launched_in_finish);
+  }
+}
+
+void GradReducer::launch(int b) {
+  const int64_t s = layout_.shard_numel(b);
+  Pending p;
+  p.bucket = b;
+  Tensor in;
+  if (stage_ <= 1) {
+    in = full_grad(b);
+    p.out = stage_ == 0 ? empty(Shape{s}, in.dtype(), in.device()) : shard_grad(b);
+  } else {
+    in = staging(b);
+    p.add = shard_written_[size_t(b)];
+    p.out = p.add ? empty(Shape{s}, in.dtype(), in.device()) : shard_grad(b);
+    shard_written_[size_t(b)] = true;
+  }
+  p.work = dp_->reduce_scatter_async(in, p.out, CommOp::avg);
+  pending_.push_back(std::move(p));
+}
+
+void GradReducer::complete(Pending& p, bool in_backward) {
+  if (stage_ == 0) {
+    reduced_[size_t(p.bucket)] = p.out;
+    issue_gathers(in_backward);
+    return;
+  }
+  if (p.add) ops::add_(shard_grad(p.bucket), p.out);
+  if (stage_ >= 2) staging_[size_t(p.bucket)]->release();
+}
+
+void GradReducer::issue_gathers(bool in_backward) {
+  // In bucket order: a bucket whose reduce-scatter finished early waits for the ones before.
+  while (next_gather_ < next_launch_ && reduced_[size_t(next_gather_)].defined()) {
+    Tensor shard = std::move(reduced_[size_t(next_gather_)]);  // the Work keeps it alive
+    gathers_.push_back(gather_->all_gather_async(shard, full_grad(next_gather_)));
+    ++next_gather_;
+    if (in_backward) ++stats_.gathered_in_backward;
+  }
+}
+
+void GradReducer::finish() {
+  NoGradGuard no_grad;
+  const auto& buckets = layout_.buckets();
+  const bool reduce = sync_ || stage_ >= 2;
+  if (reduce) launch_ready(false);
+  for (Pending& p : pending_) {
+    p.work->wait();
+    complete(p, false);
+  }
+  pending_.clear();
+  for (auto& w : gathers_) w->wait();
+  gathers_.clear();
+  next_gather_ = 0;
+  if (sync_ && tied_ != nullptr) {
+    // Tied buckets are sharded identically on every stage that holds a copy, so the reduced
+    // shards (or, at ZeRO 0, the full averages) can be summed directly.
+    for (size_t b = 0; b < buckets.size(); ++b)
+      if (buckets[b].tied) tied_->all_reduce(stage_ == 0 ? full_grad(int(b)) : shard_grad(int(b)));
+  }
+  arrived_.assign(buckets.size(), 0);
+  next_launch_ = 0;
+}
+
+void GradReducer::zero_grad() {
+  NoGradGuard no_grad;
+  TESSERA_CHECK(pending_.empty(), "data parallel: zero_grad while reductions are in flight; ",
+                "call finish() after backward");
+  for (const Tensor& t : full_) ops::zero_(t);
+  if (stage_ >= 2)
+    shard_written_.assign(shard_written_.size(), false);
+  else
+    for (const Tensor& t : shards_) ops::zero_(t);
+}
+
+Tensor GradReducer::shard_grad(int b) const {
+  const auto& k = layout_.buckets()[size_t(b)];
+  const int64_t s = layout_.shard_numel(b);
+  if (stage_ == 0) return ops::narrow(full_grad(b), 0, rank_ * s, s);
+  return ops::narrow(shards_[size_t(k.space)], 0, k.shard_offset, s);
+}
+
+Tensor GradReducer::full_grad(int b) const {
+  TESSERA_ASSERT(stage_ <= 1, "full gradients exist at ZeRO 0 and 1 only");
+  const auto& k = layout_.buckets()[size_t(b)];
+  return ops::narrow(full_[size_t(k.space)], 0, k.flat_offset, k.numel);
+}
+
+int64_t GradReducer::held_bytes() const {
+  int64_t bytes = 0;
+  for (const Tensor& t : full_) bytes += int64_t(t.nbytes());
+  for (const Tensor& t : shards_) bytes += int64_t(t.nbytes());
+  for (const auto& s : staging_)
+    if (s != nullptr && !s->released()) bytes += int64_t(s->nbytes());
+  return bytes;
+}
+
+}  // namespace tessera::parallel

@@ -1,0 +1,120 @@
+#pragma once
+// GradReducer: gradients of a FlatLayout's parameters, averaged over the data-parallel group in
+// buckets, launched from autograd's post-accumulate hooks while the backward pass goes on.
+//
+// A bucket is launched as soon as every parameter in it has its gradient for this backward
+// pass AND every earlier bucket was launched: the launch order is then the same on every rank,
+// as MPI requires of collectives on one communicator. Parameters that got no gradient hold
+// their buckets back until finish() launches what is left.
+//
+// Every stage reduces a bucket with one reduce-scatter (average) into this rank's shard, so all
+// stages add the same numbers in the same order:
+//   ZeRO 0: gradients are views into a full flat buffer (autograd accumulates in place); the
+//           reduced shards are all-gathered back in finish(), leaving the full average.
+//   ZeRO 1: the same full buffer; only the shard is kept reduced (the optimizer reads nothing
+//           else).
+//   ZeRO 2/3: no full buffer. A parameter's gradient is copied into its bucket's staging
+//           buffer (allocated when the bucket's first gradient arrives) and dropped; the bucket
+//           is reduce-scattered into the persistent shard and its staging buffer is freed as
+//           soon as that completes. Between steps only the shards exist.
+//
+// Gradient accumulation: on micro-batches with sync off, ZeRO 0/1 only accumulate locally
+// (no communication, PyTorch's no_sync); ZeRO 2/3 reduce every micro-batch and accumulate the
+// shards, because holding the full gradient until the last micro-batch is the memory they
+// exist to save (DeepSpeed does the same).
+//
+// The all-reduce of ZeRO 0 is a reduce-scatter on the dp group and, once that is done, an
+// all-gather on a second communicator over the same ranks, both issued here rather than with
+// Communicator::all_reduce_async. A communicator needs every rank to issue its collectives in
+// the same order; MPI's all-reduce issues its second half from inside test()/wait(), so with
+// several buckets in flight ranks could interleave them differently. Here each communicator
+// sees its collectives in bucket order whatever the timing: reduce-scatters as buckets fill,
+// all-gathers as the reduce-scatters complete (noticed while polling from the hooks, so both
+// halves overlap the backward pass).
+//
+// Tied buckets (FlatLayout) are summed over the tied group in finish() on the last micro-batch
+// of a step, after the dp reduction.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tessera/parallel/comm/communicator.h"
+#include "tessera/parallel/data/flat_layout.h"
+
+namespace tessera::parallel {
+
+struct ReduceStats {
+  int64_t launched_in_backward = 0;  // buckets launched from hooks, before backward returned
+  int64_t launched_in_finish = 0;    // buckets finish() had to launch
+  int64_t gathered_in_backward = 0;  // ZeRO 0: all-gathers issued before backward returned
+};
+
+class GradReducer {
+ public:
+  // Registers a post-accumulate hook on every parameter of the layout. Parameters must already
+  // sit in flat storage (FlatParams). The communicators must outlive this object. `tied_group` (may
+  // be null) sums tied buckets' reduced gradients with their copies on other pipeline stages.
+  GradReducer(const FlatLayout& layout, int stage, Communicator& dp, Communicator* tied_group);
+  ~GradReducer();
+  GradReducer(const GradReducer&) = delete;
+  GradReducer& operator=(const GradReducer&) = delete;
+
+  // False for the micro-batches before the last of a step (see the header comment).
+  void set_sync(bool sync) { sync_ = sync; }
+  bool sync() const { return sync_; }
+  // Call after each backward pass: launches the buckets still waiting and waits for every
+  // reduction of this micro-batch. Collective over the dp group.
+  void finish();
+  // Zeroes the gradients for the next step.
+  void zero_grad();
+
+  // This rank's reduced shard of bucket b's gradient (the average over the dp group).
+  Tensor shard_grad(int b) const;
+  // Bucket b's full gradient (ZeRO 0/1 only): after finish(), at ZeRO 0, the average.
+  Tensor full_grad(int b) const;
+
+  const ReduceStats& stats() const { return stats_; }
+  // Gradient memory this rank holds now, in bytes.
+  int64_t held_bytes() const;
+
+ private:
+  struct Pending {
+    int bucket = 0;
+    std::shared_ptr<Work> work;
+    Tensor out;        // where the reduce-scatter wrote
+    bool add = false;  // out is a temporary to add into the shard (accumulation, ZeRO 2/3)
+  };
+
+  void on_grad(int param);
+  void launch_ready(bool in_backward);
+  void launch(int b);
+  void poll();
+  void complete(Pending& p, bool in_backward);
+  void issue_gathers(bool in_backward);
+  Tensor staging(int b);
+
+  const FlatLayout& layout_;
+  int stage_;
+  Communicator* dp_;
+  Communicator* tied_;
+  int rank_;
+  bool sync_ = true;
+
+  std::vector<Tensor> full_;                       // per space (ZeRO 0/1)
+  std::vector<Tensor> shards_;                     // per space (ZeRO 1-3)
+  std::vector<std::shared_ptr<Storage>> staging_;  // per bucket (ZeRO 2/3)
+  std::vector<bool> shard_written_;                // per bucket, this step (ZeRO 2/3)
+  std::vector<int> arrived_;                       // per bucket, this micro-batch
+  int next_launch_ = 0;
+  std::vector<Pending> pending_;
+  std::shared_ptr<Communicator> gather_;  // ZeRO 0: the all-gathers' communicator
+  std::vector<Tensor> reduced_;           // ZeRO 0: per bucket, the reduced shard
+  int next_gather_ = 0;                   // ZeRO 0: buckets gathered, in order
+  std::vector<std::shared_ptr<Work>> gathers_;
+  ReduceStats stats_;
+  // Hooks outlive this object on the parameters; they hold this weakly.
+  std::shared_ptr<GradReducer*> self_;
+};
+
+}  // namespace tessera::parallel

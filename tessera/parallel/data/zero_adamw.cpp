@@ -1,0 +1,147 @@
+#include "tessera/parallel/data/zero_adamw.h"
+
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/core/error.h"
+#include "tessera/core/ops/creation.h"
+#include "tessera/core/ops/movement.h"
+#include "tessera/core/ops/optim.h"
+
+namespace tessera::parallel {
+
+ZeroAdamW::ZeroAdamW(const FlatLayout& layout, int stage, int dp_rank,
+                     const nn::AdamWOptions& options)
+    : layout_(layout), stage_(stage), rank_(dp_rank), options_(options) {
+  options_.validate();
+  for (const auto& p : layout.params())
+    TESSERA_CHECK(p.tensor.dtype() == DType::f32, "data-parallel AdamW: parameter '", p.name,
+                  "' must be f32 (master weights), got ", p.tensor.describe());
+  const Device device = layout.params().front().tensor.device();
+  for (const auto& s : layout.spaces()) {
+    const int64_t n = stage_ == 0 ? s.numel : s.shard_numel;
+    m_.push_back(zeros(Shape{n}, DType::f32, device));
+    v_.push_back(zeros(Shape{n}, DType::f32, device));
+  }
+  for (size_t b = 0; b < layout.buckets().size(); ++b) {
+    const int64_t n = layout.buckets()[b].numel;
+    const int64_t origin = stage_ == 0 ? 0 : rank_ * (n / layout.dp_size());
+    const int64_t end = stage_ == 0 ? n : origin + n / layout.dp_size();
+    for (const Segment& seg : layout.segments(int(b), origin, end)) {
+      const bool decay = layout.params()[size_t(seg.param)].tensor.dim() >= 2;
+      const int64_t offset = seg.bucket_offset - origin;
+      if (!runs_.empty() && runs_.back().bucket == int(b) &&
+          runs_.back().offset + runs_.back().length == offset && runs_.back().decay == decay) {
+        runs_.back().length += seg.length;
+      } else {
+        runs_.push_back({int(b), offset, seg.length, decay});
+      }
+    }
+  }
+}
+
+void ZeroAdamW::set_lr(double lr) {
+  nn::AdamWOptions o = options_;
+  o.lr = lr;
+  o.validate();
+  options_ = o;
+}
+
+Tensor ZeroAdamW::state_of(int slot, int b) const {
+  const auto& k = layout_.buckets()[size_t(b)];
+  const Tensor& buffer = (slot == 0 ? m_ : v_)[size_t(k.space)];
+  if (stage_ == 0) return ops::narrow(buffer, 0, k.flat_offset, k.numel);
+  return ops::narrow(buffer, 0, k.shard_offset, layout_.shard_numel(b));
+}
+
+void ZeroAdamW::step(const FlatParams& params, const GradReducer& grads, double grad_scale) {
+  NoGradGuard no_grad;
+  ++step_;
+  AdamWArgs args;
+  args.lr = float(options_.lr);
+  args.beta1 = float(options_.beta1);
+  args.beta2 = float(options_.beta2);
+  args.eps = float(options_.eps);
+  args.step = step_;
+  args.grad_scale = float(grad_scale);
+  int cached = -1;
+  Tensor param, grad, m, v;
+  for (const Run& r : runs_) {
+    if (r.bucket != cached) {
+      cached = r.bucket;
+      param = stage_ == 0 ? params.bucket(r.bucket) : params.shard(r.bucket);
+      grad = stage_ == 0 ? grads.full_grad(r.bucket) : grads.shard_grad(r.bucket);
+      m = state_of(0, r.bucket);
+      v = state_of(1, r.bucket);
+    }
+    args.weight_decay = r.decay ? float(options_.weight_decay) : 0.0f;
+    ops::adamw_step_(
+        ops::narrow(param, 0, r.offset, r.length), ops::narrow(grad, 0, r.offset, r.length),
+        ops::narrow(m, 0, r.offset, r.length), ops::narrow(v, 0, r.offset, r.length), args);
+  }
+}
+
+std::unique_ptr<nn::AdamW> ZeroAdamW::format() const {
+  nn::StateDict params;
+  for (const auto& p : layout_.params()) params.emplace_back(p.name, p.tensor);
+  return std::make_unique<nn::AdamW>(params, options_);
+}
+
+nn::OptimizerState ZeroAdamW::gather_state(Communicator& dp) const {
+  NoGradGuard no_grad;
+  std::unique_ptr<nn::AdamW> out = format();
+  nn::OptimizerState state = out->state_dict();  // handles to its (zero) moments
+  for (int slot = 0; slot < 2; ++slot) {
+    for (size_t b = 0; b < layout_.buckets().size(); ++b) {
+      const auto& k = layout_.buckets()[b];
+      Tensor whole = state_of(slot, int(b));
+      if (stage_ > 0) {
+        Tensor gathered = empty(Shape{k.numel}, DType::f32, whole.device());
+        dp.all_gather(whole, gathered);
+        whole = gathered;
+      }
+      for (int p : k.params) {
+        const auto& param = layout_.params()[size_t(p)];
+        Tensor dst =
+            nn::find_tensor(state.tensors, param.name + (slot == 0 ? ".exp_avg" : ".exp_avg_sq"));
+        ops::copy_(dst, ops::reshape(ops::narrow(whole, 0, param.offset, param.tensor.numel()),
+                                     dst.shape()));
+      }
+    }
+  }
+  state.scalars["step"] = step_;
+  state.scalars["lr"] = options_.lr;
+  return state;
+}
+
+void ZeroAdamW::load_state(const nn::OptimizerState& state) {
+  NoGradGuard no_grad;
+  std::unique_ptr<nn::AdamW> in = format();
+  in->load_state_dict(state);  // validates names, shapes, groups and hyperparameters
+  const nn::OptimizerState loaded = in->state_dict();
+  for (int slot = 0; slot < 2; ++slot) {
+    for (size_t b = 0; b < layout_.buckets().size(); ++b) {
+      const int64_t origin = stage_ == 0 ? 0 : rank_ * layout_.shard_numel(int(b));
+      const int64_t end =
+          stage_ == 0 ? layout_.buckets()[b].numel : origin + layout_.shard_numel(int(b));
+      Tensor region = state_of(slot, int(b));
+      for (const Segment& seg : layout_.segments(int(b), origin, end)) {
+        const auto& param = layout_.params()[size_t(seg.param)];
+        Tensor src =
+            nn::find_tensor(loaded.tensors, param.name + (slot == 0 ? ".exp_avg" : ".exp_avg_sq"));
+        ops::copy_(ops::narrow(region, 0, seg.bucket_offset - origin, seg.length),
+                   ops::narrow(ops::reshape(src, {src.numel()}), 0, seg.param_offset, seg.length));
+      }
+    }
+  }
+  step_ = in->step_count();
+  options_ = in->options();
+  options_.lr = in->lr();
+}
+
+int64_t ZeroAdamW::held_bytes() const {
+  int64_t bytes = 0;
+  for (const Tensor& t : m_) bytes += int64_t(t.nbytes());
+  for (const Tensor& t : v_) bytes += int64_t(t.nbytes());
+  return bytes;
+}
+
+}  // namespace tessera::parallel

@@ -1,0 +1,75 @@
+#pragma once
+// ZeroAdamW: AdamW over the flat buffers, with the optimizer state replicated (ZeRO 0) or
+// sharded like the gradients (ZeRO >= 1): each rank updates only its shard of every bucket and
+// holds exp_avg and exp_avg_sq for that shard alone.
+//
+// Weight decay applies to parameters with at least two dims (nn::decay_groups), but a shard
+// cuts across parameters. The shard is therefore walked as per-parameter segments (FlatLayout
+// offset arithmetic), and adjacent segments with the same decay are merged into runs, each one
+// call of the fused ops::adamw_step_. A per-element decay mask would cost a buffer the size of
+// the shard and a read per element; the runs cost nothing per step beyond a few dozen calls.
+// Padding is never updated (it stays zero).
+//
+// The update is elementwise, so updating shards gives bit-for-bit the values a full update
+// gives; the clip factor (and loss-scale) rides in AdamWArgs::grad_scale.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tessera/nn/optim/adamw.h"
+#include "tessera/parallel/data/flat_params.h"
+#include "tessera/parallel/data/grad_reducer.h"
+
+namespace tessera::parallel {
+
+class ZeroAdamW {
+ public:
+  // stage 0: full state; stage >= 1: this rank's shards. Parameters must be f32.
+  ZeroAdamW(const FlatLayout& layout, int stage, int dp_rank, const nn::AdamWOptions& options);
+
+  // One update of this rank's region from the reduced gradients, every gradient multiplied by
+  // grad_scale first. Does not all-gather (the caller does, per stage).
+  void step(const FlatParams& params, const GradReducer& grads, double grad_scale);
+
+  double lr() const { return options_.lr; }
+  void set_lr(double lr);
+  int64_t step_count() const { return step_; }
+  const nn::AdamWOptions& options() const { return options_; }
+  // exp_avg and exp_avg_sq memory this rank holds, in bytes.
+  int64_t held_bytes() const;
+
+  // exp_avg (slot 0) or exp_avg_sq (slot 1) of bucket b's region: the whole bucket at ZeRO 0,
+  // this rank's shard otherwise.
+  Tensor state_of(int slot, int b) const;
+
+  // The whole optimizer state in nn::AdamW::state_dict()'s format (tensors
+  // "<param>.exp_avg" / ".exp_avg_sq", groups from nn::decay_groups), so one checkpoint
+  // serves every layout. Every rank gathers all of it (2 x the parameters, for the call's
+  // duration). Collective over dp.
+  nn::OptimizerState gather_state(Communicator& dp) const;
+  // Restores such a state (validated by nn::AdamW::load_state_dict) into this rank's region.
+  void load_state(const nn::OptimizerState& state);
+
+ private:
+  struct Run {
+    int bucket = 0;
+    int64_t offset = 0;  // from the start of the bucket's region
+    int64_t length = 0;
+    bool decay = false;  // weight decay applies (parameters with >= 2 dims)
+  };
+
+  // An nn::AdamW over the layout's parameters: the reference format (it reads only their
+  // shapes, so it works while ZeRO-3 has them freed).
+  std::unique_ptr<nn::AdamW> format() const;
+
+  const FlatLayout& layout_;
+  int stage_;
+  int rank_;
+  nn::AdamWOptions options_;
+  int64_t step_ = 0;
+  std::vector<Run> runs_;
+  std::vector<Tensor> m_, v_;  // per space
+};
+
+}  // namespace tessera::parallel
