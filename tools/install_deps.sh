@@ -11,6 +11,7 @@ packages=(
   libbenchmark-dev       # bench/
   nlohmann-json3-dev     # configs, manifests, metrics, tokenizer files
   libcli11-dev           # the tessera command line
+  mpich libmpich-dev     # the parallel layer's MPI communicator; mpiexec runs the distributed tests
   python3                # tools/ scripts
 )
 
