@@ -1,6 +1,6 @@
-// Fibers (tessera/cuda/sim/fiber.h): switching keeps each context's registers and stack, a
-// stack overflow faults in the guard page, and the switch rate is measured (printed, never
-// asserted: performance is measured by benchmarks, not timed tests).
+// Fibers (tessera/cuda/sim/fiber.h): switching keeps each context's registers and stack, and a
+// stack overflow faults in the guard page. The switch rate is measured by
+// bench/bench_simulator.cpp, not here.
 
 #include "tessera/cuda/sim/fiber.h"
 
@@ -8,7 +8,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -66,40 +65,6 @@ TEST(SimFiber, AnExitedFiberCanBeStartedAgainOnTheSameStack) {
     Fiber::switch_to(f.host, f.fiber);
   }
   EXPECT_EQ(f.runs, 3);
-}
-
-TEST(SimFiber, SwitchRate) {
-  FiberStack stack(64 * 1024);
-  PingPong p;
-  p.fiber.start(stack, &ping, &p);
-  constexpr int kRounds = 2'000'000;
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kRounds; ++i) Fiber::switch_to(p.host, p.fiber);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_EQ(p.count, kRounds);
-  const double rate = 2.0 * kRounds / seconds;  // two switches per round
-  std::printf("[ figure   ] fiber switches per second: %.3g (%.1f ns each)\n", rate,
-              1e9 / rate);
-  ::testing::Test::RecordProperty("fiber_switches_per_second", std::to_string(rate));
-}
-
-// Barriers through the whole scheduler: every thread of a 256-thread block crosses 200
-// barriers; each crossing is two switches per thread.
-__global__ void many_barriers(int rounds) {
-  for (int r = 0; r < rounds; ++r) __syncthreads();
-}
-
-TEST(SimFiber, BarrierRate) {
-  constexpr int kThreads = 256, kRounds = 200;
-  const auto start = std::chrono::steady_clock::now();
-  launch(many_barriers, cuda::testing::config(dim3(1), dim3(kThreads), "many_barriers"), kRounds);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double crossings = double(kThreads) * kRounds;
-  std::printf("[ figure   ] thread-barrier crossings per second: %.3g\n", crossings / seconds);
-  ::testing::Test::RecordProperty("barrier_crossings_per_second",
-                                  std::to_string(crossings / seconds));
 }
 
 // ---- stack overflow: the guard page turns it into a fault at a known address ----

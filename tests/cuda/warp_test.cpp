@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <ostream>
+#include <string>
 #include <vector>
 
 #include "tessera/cuda/device.h"
@@ -101,7 +103,19 @@ std::vector<ShuffleCase> shuffle_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllForms, SimShuffle, ::testing::ValuesIn(shuffle_cases()));
+std::string shuffle_case_text(const ShuffleCase& c) {
+  static constexpr const char* kForms[] = {"idx", "up", "down", "xor"};
+  return std::string(kForms[int(c.form)]) + "_param" + std::to_string(c.param) + "_width" +
+         std::to_string(c.width);
+}
+std::string shuffle_case_name(const ::testing::TestParamInfo<ShuffleCase>& info) {
+  return shuffle_case_text(info.param);
+}
+// How gtest (and ctest's test names) print a case.
+void PrintTo(const ShuffleCase& c, std::ostream* os) { *os << shuffle_case_text(c); }
+
+INSTANTIATE_TEST_SUITE_P(AllForms, SimShuffle, ::testing::ValuesIn(shuffle_cases()),
+                         shuffle_case_name);
 
 __global__ void shuffle_types(double* out_d, long long* out_ll, unsigned short* out_bf) {
   const int lane = int(threadIdx.x);
