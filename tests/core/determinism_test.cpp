@@ -11,19 +11,9 @@
 namespace tessera {
 namespace {
 
-class ThreadCountGuard {
- public:
-  ThreadCountGuard() : saved_(num_threads()) {}
-  ~ThreadCountGuard() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
 // Runs f with 1 and with 2 threads and checks every output is bitwise equal.
 void expect_same_bits(const std::function<std::vector<Tensor>()>& f) {
-  ThreadCountGuard guard;
-  set_num_threads(1);
+  ScopedNumThreads guard(1);
   std::vector<Tensor> one = f();
   set_num_threads(2);
   std::vector<Tensor> two = f();

@@ -15,15 +15,6 @@
 namespace tessera {
 namespace {
 
-class ThreadCountGuard {
- public:
-  ThreadCountGuard() : saved_(num_threads()) {}
-  ~ThreadCountGuard() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
 // alpha * op(a) op(b) + beta * c0 + bias, in f64 with plain loops; a, b 2-d.
 std::vector<double> reference(const Tensor& a, const Tensor& b, bool ta, bool tb, double alpha,
                               double beta, const Tensor& c0, const Tensor& bias) {
@@ -111,8 +102,7 @@ TEST(GemmSplit, BitsDoNotDependOnTheThreadCount) {
     Tensor dw = ops::matmul(g2, x2, true, false);
     return std::vector<Tensor>{forward, dx, dw, ops::matmul(qa, qb), acc};
   };
-  ThreadCountGuard guard;
-  set_num_threads(1);
+  ScopedNumThreads guard(1);
   const std::vector<Tensor> one = run();
   set_num_threads(2);
   const std::vector<Tensor> two = run();

@@ -12,16 +12,6 @@
 namespace tessera {
 namespace {
 
-// Restores the thread count a test changed.
-class ThreadCountGuard {
- public:
-  ThreadCountGuard() : saved_(num_threads()) {}
-  ~ThreadCountGuard() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
 TEST(Philox, MatchesPublishedKnownAnswer) {
   // Random123 kat_vectors: philox4x32-10, counter 0, key 0.
   philox::Block b = philox::philox4x32(0, 0);
@@ -85,7 +75,7 @@ TEST(Generator, DefaultGeneratorIsPerThread) {
 constexpr int64_t kBig = 100003;
 
 TEST(RandomStreams, DoNotDependOnThreadCount) {
-  ThreadCountGuard guard;
+  ScopedNumThreads guard(num_threads());
   auto draw = [] {
     Generator g(31, 5);
     Tensor u = rand({kBig}, g);

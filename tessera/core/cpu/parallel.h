@@ -14,6 +14,19 @@ namespace tessera {
 void set_num_threads(int n);
 int num_threads();
 
+// Sets the thread count for a scope and restores the previous one (tests, benchmarks, tools
+// that compare thread counts).
+class ScopedNumThreads {
+ public:
+  explicit ScopedNumThreads(int n) : saved_(num_threads()) { set_num_threads(n); }
+  ~ScopedNumThreads() { set_num_threads(saved_); }
+  ScopedNumThreads(const ScopedNumThreads&) = delete;
+  ScopedNumThreads& operator=(const ScopedNumThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
 namespace cpu {
 
 // Calls f(begin, end) over [0, n) in pieces of about `grain` items, in parallel when there is
