@@ -1,0 +1,44 @@
+#pragma once
+// What a parallel training run is: the mesh (dp x pp x tp), ZeRO stage, pipeline schedule,
+// sequence parallelism, the global batch, and the optimizer settings; and the one-line check
+// that a layout fits the model, the batch and the ranks before anything is built.
+//
+// Every rank validates the same config against the same world size, so a layout that does not
+// fit fails on every rank at once, before any collective (no rank is left waiting).
+
+#include <cstdint>
+#include <string>
+
+#include "tessera/nn/gpt_config.h"
+#include "tessera/nn/lr_schedule.h"
+#include "tessera/nn/optim/adamw.h"
+#include "tessera/parallel/mesh.h"
+#include "tessera/parallel/pipeline/schedule.h"
+
+namespace tessera::parallel {
+
+struct ParallelConfig {
+  MeshShape mesh;                                     // dp, pp, tp
+  int zero_stage = 0;                                 // 0..3, over the dp group
+  int microbatches = 1;                               // M: per dp rank and step
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;  // gpipe | 1f1b | interleaved
+  int virtual_stages = 1;                             // V: model chunks per pipeline rank
+  bool sequence_parallel = false;                     // under tp > 1
+  int64_t batch_size = 8;                             // B: global sequences per step
+  int64_t seq_len = 8;                                // T
+  nn::AdamWOptions adamw;                             // adamw.lr is replaced by lr_schedule
+  nn::LRSchedule lr_schedule{.kind = nn::ScheduleKind::constant, .max_lr = 1e-3};
+  double max_grad_norm = 1.0;   // global-norm clipping; <= 0: off
+  int64_t ignore_index = -100;  // targets to skip in the loss
+
+  // "dp2 x pp2 x tp2, ZeRO-1, 1f1b v1 m4, sequence parallel, batch 8 x 8"
+  std::string describe() const;
+};
+
+// Why `config` cannot train `model` on `world_size` ranks, as one line, or "" when it can.
+// Checks, in order: the mesh against the ranks, the ZeRO stage, the schedule, heads, kv heads
+// and MLP width against tp, layers against pp * V, the batch against dp * M, the sequence
+// against block_size and (with sequence parallelism) tp, and the optimizer settings.
+std::string layout_error(const ParallelConfig& config, const nn::GPTConfig& model, int world_size);
+
+}  // namespace tessera::parallel

@@ -1,0 +1,173 @@
+#include "tessera/parallel/engine/parallel_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "tessera/core/allocator.h"
+#include "tessera/core/error.h"
+#include "tessera/core/ops/creation.h"
+#include "tessera/core/ops/movement.h"
+#include "tessera/parallel/engine/full_model_state.h"
+#include "tessera/parallel/pipeline/partition.h"
+
+namespace tessera::parallel {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The inner world shares its step counter with every group split from it, so setting it here
+// names the step in the timeout messages of every group.
+void set_comm_step(Communicator& inner_world, const DeviceMesh& mesh, int64_t step) {
+  inner_world.set_step(step);
+  mesh.set_step(step);
+}
+
+}  // namespace
+
+ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::GPTConfig& model,
+                                 const ParallelConfig& config)
+    : model_(model), config_(config), inner_world_(std::move(world)) {
+  TESSERA_CHECK(inner_world_ != nullptr, "ParallelTrainer: the world communicator is null");
+  const std::string why = layout_error(config_, model_, inner_world_->size());
+  TESSERA_CHECK(why.empty(), "parallel layout: ", why);
+
+  world_ = std::make_shared<TimedCommunicator>(inner_world_, nullptr);
+  mesh_ = std::make_shared<DeviceMesh>(world_, config_.mesh);
+  const MeshShape& shape = config_.mesh;
+  if (shape.tp > 1) tp_ = tp::TensorParallel::from_mesh(mesh_, config_.sequence_parallel);
+  // The tied embedding is summed by DataParallel (its own bucket, over mesh.embedding()), not
+  // by the schedule's all_reduce_tied: after the dp reduction, so each stage adds averages.
+  schedule_ =
+      make_schedule(config_.schedule, shape.pp, config_.virtual_stages, config_.microbatches);
+
+  hooks_ = std::make_shared<DeferredUnitHooks>();
+  std::vector<std::shared_ptr<nn::GPT>> chunks;
+  nn::StateDict params;
+  for (int c = 0; c < config_.virtual_stages; ++c) {
+    nn::ModelParallel mp;
+    mp.tp = tp_;
+    mp.stage =
+        pipeline_stage_spec(model_.n_layer, shape.pp, config_.virtual_stages, mesh_->pp_rank(), c);
+    mp.hooks = hooks_;
+    auto chunk = std::make_shared<nn::GPT>(model_, DType::f32, mp);
+    for (const auto& [name, p] : chunk->named_parameters()) {
+      params.emplace_back(name, p);
+      metas_.emplace(name, chunk->param_meta(name));
+    }
+    chunks.push_back(std::move(chunk));
+  }
+  const int64_t micro_rows = config_.batch_size / shape.dp / config_.microbatches;
+  stage_ = std::make_unique<GptPipelineStage>(std::move(chunks), schedule_, mesh_->pp_rank(),
+                                              micro_rows, config_.seq_len, config_.ignore_index);
+
+  DataParallelConfig dc;
+  dc.zero_stage = config_.zero_stage;
+  // Unit buckets at every stage: ZeRO 0-3 then share one layout and one reduction order.
+  dc.units = gpt_units(params);
+  dc.adamw = config_.adamw;
+  dc.adamw.lr = config_.lr_schedule.lr(0);
+  dc.max_grad_norm = config_.max_grad_norm;
+  dc.param_meta = [this](const std::string& name) { return meta_of(name); };
+  dc.tp = &mesh_->tp();
+  if (shape.pp > 1) dc.norm_groups = {&mesh_->pp()};
+  const bool holds_wte = nn::find_tensor(params, "wte.weight").defined();
+  if (model_.tie_embeddings && shape.pp > 1 && holds_wte) {
+    dc.tied = {"wte.weight"};
+    dc.tied_group = mesh_->embedding();
+  }
+  dp_ = std::make_unique<DataParallel>(params, mesh_->dp(), std::move(dc));
+  hooks_->set_target(dp_->unit_hooks());
+  stage_->set_data_parallel(dp_.get());
+}
+
+ParallelTrainer::~ParallelTrainer() {
+  // The chunks' hooks forward to DataParallel's, which dies first.
+  if (hooks_) hooks_->set_target(nullptr);
+}
+
+nn::ParamMeta ParallelTrainer::meta_of(const std::string& name) const {
+  auto it = metas_.find(name);
+  if (it != metas_.end()) return it->second;
+  detail::throw_error("ParallelTrainer: no parameter '", name, "' on this rank");
+}
+
+void ParallelTrainer::set_step(int64_t step) {
+  TESSERA_CHECK(step >= 0, "ParallelTrainer::set_step: step must be >= 0, got ", step);
+  step_ = step;
+}
+
+ParallelStepStats ParallelTrainer::step(const Tensor& inputs, const Tensor& targets) {
+  const Clock::time_point start = Clock::now();
+  const int64_t B = config_.batch_size, T = config_.seq_len;
+  for (const Tensor* t : {&inputs, &targets})
+    TESSERA_CHECK(t->defined() && t->dim() == 2 && t->size(0) == B && t->size(1) == T &&
+                      !is_floating(t->dtype()),
+                  "ParallelTrainer::step: inputs and targets must be integer [", B, ", ", T,
+                  "] (the global batch of ", config_.describe(), "), got ",
+                  t->defined() ? t->describe() : std::string("undefined"));
+  ParallelStepStats out;
+  out.step = step_;
+  set_comm_step(*inner_world_, *mesh_, step_);
+  out.lr = config_.lr_schedule.lr(step_);
+  dp_->set_lr(out.lr);
+  for (const auto& chunk : stage_->chunks()) chunk->set_step(step_);
+
+  const int64_t local = B / config_.mesh.dp, first = mesh_->dp_rank() * local;
+  stage_->begin_step(ops::contiguous(ops::narrow(inputs, 0, first, local)),
+                     ops::contiguous(ops::narrow(targets, 0, first, local)));
+  world_->clock()->reset();
+  Allocator& alloc = allocator_for(Device::cpu());
+  const int64_t live_before = alloc.stats().live_bytes;
+  alloc.reset_peak();
+  PipelineStepStats pipe = run_pipeline(schedule_, *stage_, mesh_->pp());
+  stage_->finish_step();
+  out.memory.activations = std::max<int64_t>(0, alloc.stats().peak_bytes - live_before);
+
+  // The pipeline group already agrees on the loss; averaging over dp gives the global mean.
+  Tensor loss = from_vector<double>({pipe.loss}, Shape{1});
+  mesh_->dp().all_reduce(loss, CommOp::avg);
+  out.loss = loss.item<double>();
+  out.bubble = pipe.group_bubble;
+
+  StepResult r = dp_->step();
+  dp_->zero_grad();
+  out.grad_norm = r.grad_norm;
+  out.clip = r.clip;
+  out.finite = r.finite;
+  const MemoryStats m = dp_->memory();
+  out.memory.parameters = m.parameters;
+  out.memory.parameters_peak = m.parameters_peak;
+  out.memory.gradients = m.gradients;
+  out.memory.optimizer_state = m.optimizer_state;
+  out.comm_seconds = world_->clock()->seconds();
+  out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  ++step_;
+  return out;
+}
+
+nn::StateDict ParallelTrainer::gather_full_state() {
+  dp_->gather_parameters();
+  nn::StateDict full = gather_model_state(stage_->chunks(), *mesh_);
+  dp_->release_parameters();
+  return full;
+}
+
+void ParallelTrainer::load_full_state(const nn::StateDict& full) {
+  // Checked before ZeRO-3 gathers, so a bad dict leaves nothing gathered.
+  check_model_state(stage_->chunks(), *mesh_, full);
+  dp_->gather_parameters();
+  load_model_state(stage_->chunks(), *mesh_, full);
+  dp_->release_parameters();
+}
+
+std::string ParallelTrainer::describe() const {
+  std::string chunks;
+  for (const auto& c : stage_->chunks())
+    chunks += str_cat(chunks.empty() ? "" : ", ", "h.", c->first_layer(), "-h.",
+                      c->first_layer() + c->num_layers() - 1);
+  return str_cat(config_.describe(), "; rank ", mesh_->world().rank(), ": dp ", mesh_->dp_rank(),
+                 " pp ", mesh_->pp_rank(), " tp ", mesh_->tp_rank(), ", layers ", chunks);
+}
+
+}  // namespace tessera::parallel

@@ -1,0 +1,118 @@
+#pragma once
+// ParallelTrainer: one GPT trained over a dp x pp x tp mesh with ZeRO, the composition of the
+// parallel layer's parts:
+//
+//   world (wrapped in a TimedCommunicator, to measure blocked communication time)
+//     -> DeviceMesh (dp, pp, tp groups)
+//     -> this rank's chunks: for each virtual stage c, an nn::GPT holding the tensor-parallel
+//        shard of model stage c * pp + pp_rank's layers (pipeline/partition.h), built with the
+//        tp ops (tp/tensor_parallel.h) and ZeRO-3 unit hooks
+//     -> one DataParallel over every chunk's parameters on the dp group (data/), with the global
+//        norm summed over dp, tp and pp and the tied embedding summed between the first and
+//        last stage
+//     -> the pipeline executor running the schedule's action list (pipeline/executor.h).
+//
+// One step takes the GLOBAL batch [B, T] on every rank. Data-parallel rank d trains rows
+// [d B / D, (d + 1) B / D), split into M micro-batches; each micro-batch's mean loss is scaled by
+// 1 / M and the gradients averaged over dp, so the update is that of the mean loss over the
+// global batch exactly as one process computes it, provided every micro-batch has the same
+// number of counted targets (no ignore_index, or equally many per micro-batch). The reported
+// loss is that global mean, the same on every rank.
+//
+// Every rank builds its part from the same keyed init, so every layout starts from the single-
+// process model's weights. gather_full_state() returns the single-process state dict (names and
+// shapes of nn::GPT(config)); load_full_state() loads one into any layout.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/nn/gpt.h"
+#include "tessera/parallel/data/data_parallel.h"
+#include "tessera/parallel/engine/gpt_stage.h"
+#include "tessera/parallel/engine/parallel_config.h"
+#include "tessera/parallel/engine/timed_communicator.h"
+#include "tessera/parallel/mesh.h"
+#include "tessera/parallel/pipeline/schedule.h"
+#include "tessera/parallel/tp/tensor_parallel.h"
+
+namespace tessera::parallel {
+
+// Bytes this rank holds: DataParallel's buffers (ZeRO-3: the shard, plus parameters_peak while
+// units are gathered) and the activations, measured as the allocator's peak during the forward
+// and backward passes above what was live when they began (saved activations, micro-batches in
+// flight, transient gradient staging and gathered ZeRO-3 units).
+struct RankMemory {
+  int64_t parameters = 0;
+  int64_t parameters_peak = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_state = 0;
+  int64_t activations = 0;
+};
+
+struct ParallelStepStats {
+  int64_t step = 0;
+  double loss = 0;       // mean over the global batch; the same on every rank
+  double grad_norm = 0;  // global, before clipping
+  double clip = 1;       // the clip factor applied
+  bool finite = true;    // false: the update was skipped (inf/NaN gradient)
+  double lr = 0;
+  double seconds = 0;       // wall time of the step on this rank
+  double comm_seconds = 0;  // this rank's time blocked in communication (timed_communicator.h)
+  double bubble = 0;        // the pipeline group's measured idle / busy (executor.h); 0 at pp 1
+  RankMemory memory;
+};
+
+class ParallelTrainer {
+ public:
+  // Validates (layout_error; throws its line on every rank before any collective), then
+  // builds the mesh over `world` and this rank's part of the model. Collective over world.
+  ParallelTrainer(std::shared_ptr<Communicator> world, const nn::GPTConfig& model,
+                  const ParallelConfig& config);
+  ~ParallelTrainer();
+  ParallelTrainer(const ParallelTrainer&) = delete;
+  ParallelTrainer& operator=(const ParallelTrainer&) = delete;
+
+  // One training step on the global batch: inputs and targets i32/i64 [B, T], the same on
+  // every rank. Collective over world.
+  ParallelStepStats step(const Tensor& inputs, const Tensor& targets);
+
+  // The single-process state dict, on every rank. Collective over world.
+  nn::StateDict gather_full_state();
+  // Loads a single-process state dict (every name of nn::GPT(config), nothing else) into this
+  // rank's part. Throws on every rank, naming the problem, when names are missing or unknown.
+  // Collective over world.
+  void load_full_state(const nn::StateDict& full);
+
+  const DeviceMesh& mesh() const { return *mesh_; }
+  const ParallelConfig& config() const { return config_; }
+  const nn::GPTConfig& model_config() const { return model_; }
+  const Schedule& schedule() const { return schedule_; }
+  const std::vector<std::shared_ptr<nn::GPT>>& chunks() const { return stage_->chunks(); }
+  DataParallel& data_parallel() { return *dp_; }
+  int64_t steps_done() const { return step_; }
+  // The step the next call to step() runs (its learning rate and dropout masks); for resuming.
+  void set_step(int64_t step);
+  // "dp2 x pp2 x tp2, ZeRO-1, 1f1b v1 m4, batch 8 x 8; rank 5: pp stage 0 layers h.0-h.1, ..."
+  std::string describe() const;
+
+ private:
+  nn::ParamMeta meta_of(const std::string& name) const;
+
+  nn::GPTConfig model_;
+  ParallelConfig config_;
+  std::shared_ptr<Communicator> inner_world_;
+  std::shared_ptr<TimedCommunicator> world_;
+  std::shared_ptr<DeviceMesh> mesh_;
+  std::shared_ptr<tp::TensorParallel> tp_;
+  Schedule schedule_;
+  std::shared_ptr<DeferredUnitHooks> hooks_;
+  std::unique_ptr<GptPipelineStage> stage_;
+  std::unique_ptr<DataParallel> dp_;
+  std::map<std::string, nn::ParamMeta> metas_;
+  int64_t step_ = 0;
+};
+
+}  // namespace tessera::parallel

@@ -1,0 +1,58 @@
+// What ParallelTrainer reports per step: the loss is the same on every rank, communication
+// time and the pipeline bubble are measured, and the per-rank bytes shrink with the ZeRO stage
+// as data_parallel.h says.
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "nn/tiny_models.h"
+#include "parallel/layout_test_util.h"
+
+namespace tessera::parallel {
+namespace {
+
+ParallelStepStats one_step(int zero) {
+  ParallelConfig p = testing::layout_config({2, 2, 1});
+  p.zero_stage = zero;
+  p.microbatches = 2;
+  ParallelTrainer trainer(MpiCommunicator::world(), testing::layout_gpt2(), p);
+  testing::Batch b = testing::global_batch(0, p.batch_size, p.seq_len, 61);
+  return trainer.step(b.inputs, b.targets);
+}
+
+TEST(LayoutStatsN4, StepReportsLossTimesAndBytes) {
+  nn::testing::OneThread one_thread;
+  std::vector<ParallelStepStats> s;
+  for (int z = 0; z <= 3; ++z) s.push_back(one_step(z));
+  auto world = MpiCommunicator::world();
+  for (size_t z = 0; z < s.size(); ++z) {
+    const ParallelStepStats& r = s[z];
+    if (world->rank() == 0)
+      std::printf(
+          "  dp2 x pp2 ZeRO-%zu rank 0: loss %.6f, comm %.2f ms, bubble %.2f, bytes: "
+          "params %lld, grads %lld, optimizer %lld, activations %lld\n",
+          z, r.loss, 1e3 * r.comm_seconds, r.bubble, (long long)r.memory.parameters,
+          (long long)r.memory.gradients, (long long)r.memory.optimizer_state,
+          (long long)r.memory.activations);
+    // Every rank reports the same global loss: max and -min over the world agree.
+    Tensor v = from_vector<double>({r.loss, -r.loss}, Shape{2});
+    world->all_reduce(v, CommOp::max);
+    EXPECT_EQ(to_vector<double>(v)[0], -to_vector<double>(v)[1]);
+    EXPECT_GT(r.comm_seconds, 0);  // dp reductions and pipeline transfers were waited for
+    EXPECT_GE(r.bubble, 0);
+    EXPECT_GT(r.memory.activations, 0);
+    EXPECT_GT(r.memory.parameters, 0);
+  }
+  // dp = 2: a sharded buffer is half the full one, plus up to one 16-element alignment pad per
+  // bucket (FlatLayout::kShardAlign) on each side of the halving: 2 KiB covers this model's
+  // few unit buckets.
+  const int64_t slack = 2048;
+  EXPECT_LE(s[1].memory.optimizer_state, s[0].memory.optimizer_state / 2 + slack);
+  EXPECT_LE(s[2].memory.gradients, s[0].memory.gradients / 2 + slack);
+  EXPECT_LE(s[3].memory.parameters, s[0].memory.parameters / 2 + slack);
+  EXPECT_EQ(s[0].memory.parameters, s[2].memory.parameters);
+}
+
+}  // namespace
+}  // namespace tessera::parallel
