@@ -1,6 +1,7 @@
 #pragma once
 // tessera::nn in one include: modules and layers, the GPT model and its KV cache, generation,
-// optimizers with clipping, LR schedules, checkpoints, and weight import/export.
+// optimizers with clipping, mixed precision, LR schedules, checkpoints, and weight
+// import/export.
 
 #include "tessera/nn/block.h"
 #include "tessera/nn/generate.h"
@@ -15,5 +16,7 @@
 #include "tessera/nn/lr_schedule.h"
 #include "tessera/nn/module.h"
 #include "tessera/nn/optim/adamw.h"
+#include "tessera/nn/optim/loss_scaler.h"
+#include "tessera/nn/optim/mixed_precision.h"
 #include "tessera/nn/optim/optimizer.h"
 #include "tessera/nn/optim/sgd.h"

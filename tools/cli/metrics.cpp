@@ -25,6 +25,12 @@ nlohmann::json StepMetrics::to_json() const {
                       {"peak_bytes", peak_bytes},
                       {"rss_bytes", rss_bytes}};
   if (val_loss) j["val_loss"] = *val_loss;
+  j["precision"] = precision;
+  if (loss_scale) {
+    j["loss_scale"] = *loss_scale;
+    j["skipped"] = skipped;
+    j["skipped_steps"] = skipped_steps;
+  }
   return j;
 }
 
@@ -37,6 +43,12 @@ std::string StepMetrics::console_line(int64_t max_steps) const {
                 width, (long long)step, (long long)max_steps, loss, lr, grad_norm, ms, tokens_per_s,
                 100.0 * mfu, double(live_bytes) / (1 << 30), double(rss_bytes) / (1 << 30));
   std::string line = buf;
+  if (precision != "fp32") line += " | " + precision;
+  if (loss_scale) {
+    std::snprintf(buf, sizeof buf, " scale %g | skipped %lld%s", *loss_scale,
+                  (long long)skipped_steps, skipped ? " (this step: overflow)" : "");
+    line += buf;
+  }
   if (val_loss) {
     std::snprintf(buf, sizeof buf, " | val %.4f", *val_loss);
     line += buf;

@@ -25,6 +25,10 @@ struct StepMetrics {
   int64_t peak_bytes = 0;  // its high-water mark
   int64_t rss_bytes = 0;   // the process's resident set
   std::optional<double> val_loss;
+  std::string precision = "fp32";    // the policy (console line shows it unless fp32)
+  std::optional<double> loss_scale;  // fp16: the scale this step's backward used
+  bool skipped = false;              // fp16: this step overflowed and changed no weight
+  int64_t skipped_steps = 0;         // fp16: overflowed steps so far
 
   nlohmann::json to_json() const;
   std::string console_line(int64_t max_steps) const;

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/train_device.h"
 #include "cli/trainer.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
@@ -51,7 +52,12 @@ const std::map<std::string, std::string>& flag_help() {
       {"resume", "auto (continue from the run's latest checkpoint) or never"},
       {"seed", "seed of the data order and dropout masks"},
       {"threads", "CPU threads (0: all cores)"},
-      {"device", "cpu"},
+      {"device", "cpu or cuda (cuda:0; needs a build with the CUDA backend and a GPU)"},
+      {"precision",
+       "fp32, bf16 (bf16 weights and activations, fp32 master weights and AdamW state) or fp16 "
+       "(as bf16, with dynamic loss scaling)"},
+      {"loss_scale_init", "fp16: the initial loss scale"},
+      {"loss_scale_window", "fp16: clean steps before the loss scale doubles"},
       {"peak_gflops", "peak for MFU (0: this CPU's nominal fp32 peak)"},
       {"sample_tokens", "tokens to sample after training (0: none)"},
       {"sample_prompt", "prompt for the samples"},
@@ -139,7 +145,16 @@ void add_train_command(CLI::App& app) {
 
     Trainer::clear_stop();
     auto previous = std::signal(SIGINT, handle_sigint);
-    TrainResult r = Trainer(options, std::cout).run();
+    TrainResult r;
+    try {
+      r = Trainer(options, std::cout).run();
+    } catch (const DeviceUnavailable& e) {
+      // Not a usage error of the run itself: the machine lacks the device (exit 2).
+      std::signal(SIGINT, previous);
+      std::cerr << e.what() << "\n";
+      exit_code() = 2;
+      return;
+    }
     std::signal(SIGINT, previous);
     if (r.interrupted) exit_code() = 130;
   });

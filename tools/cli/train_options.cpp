@@ -1,5 +1,6 @@
 #include "cli/train_options.h"
 
+#include <cmath>
 #include <type_traits>
 
 #include "tessera/core/error.h"
@@ -41,6 +42,9 @@ void for_each_field(Options& o, F&& f) {
   f("seed", o.seed);
   f("threads", o.threads);
   f("device", o.device);
+  f("precision", o.precision);
+  f("loss_scale_init", o.loss_scale_init);
+  f("loss_scale_window", o.loss_scale_window);
   f("peak_gflops", o.peak_gflops);
   f("sample_tokens", o.sample_tokens);
   f("sample_prompt", o.sample_prompt);
@@ -68,6 +72,17 @@ void read_value(const nlohmann::json& v, const std::string& key, T& out) {
 
 nn::GPTConfig TrainOptions::model_config() const {
   return nn::GPTConfig::from_json(model_overrides, nn::GPTConfig::preset(preset));
+}
+
+nn::Precision TrainOptions::precision_policy() const {
+  return nn::parse_precision(precision);
+}
+
+nn::LossScalerOptions TrainOptions::loss_scaler() const {
+  nn::LossScalerOptions s;
+  s.init_scale = loss_scale_init;
+  s.growth_interval = loss_scale_window;
+  return s;
 }
 
 nn::LRSchedule TrainOptions::lr_schedule() const {
@@ -110,8 +125,13 @@ void TrainOptions::validate() const {
                 "train: --schedule must be cosine, wsd or constant, got '", schedule, "'");
   TESSERA_CHECK(resume == "auto" || resume == "never", "train: --resume must be auto or never, ",
                 "got '", resume, "'");
-  TESSERA_CHECK(device == "cpu", "train: --device '", device, "' is not available in this build ",
-                "(the CUDA backend is a later issue); use cpu");
+  TESSERA_CHECK(device == "cpu" || device == "cuda", "train: --device must be cpu or cuda, got '",
+                device, "'");
+  TESSERA_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16",
+                "train: --precision must be fp32, bf16 or fp16, got '", precision, "'");
+  TESSERA_CHECK(std::isfinite(loss_scale_init) && loss_scale_init >= 1,
+                "train: --loss-scale-init must be finite and >= 1, got ", loss_scale_init);
+  positive(loss_scale_window, "loss-scale-window");
   TESSERA_CHECK(threads >= 0, "train: --threads must be >= 0, got ", threads);
   TESSERA_CHECK(lr > 0, "train: --lr must be positive, got ", lr);
   TESSERA_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "train: --min-lr-ratio must be in [0, 1], ",

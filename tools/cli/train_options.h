@@ -11,6 +11,7 @@
 
 #include "tessera/nn/gpt_config.h"
 #include "tessera/nn/lr_schedule.h"
+#include "tessera/nn/optim/mixed_precision.h"
 
 namespace tessera::cli {
 
@@ -53,10 +54,13 @@ struct TrainOptions {
   std::string resume = "auto";  // "auto": from the run's latest checkpoint if any; "never"
 
   // Randomness and machine.
-  uint64_t seed = 1337;  // data order and dropout masks
-  int threads = 0;       // 0: all cores
-  std::string device = "cpu";
-  double peak_gflops = 0;  // for MFU; 0: this CPU's nominal fp32 peak
+  uint64_t seed = 1337;              // data order and dropout masks
+  int threads = 0;                   // 0: all cores
+  std::string device = "cpu";        // "cpu" or "cuda" (cuda:0; see train_device.h)
+  std::string precision = "fp32";    // "fp32", "bf16" or "fp16" (nn/optim/mixed_precision.h)
+  double loss_scale_init = 65536;    // fp16: the first dynamic loss scale
+  int64_t loss_scale_window = 2000;  // fp16: clean steps before the loss scale doubles
+  double peak_gflops = 0;            // for MFU; 0: this CPU's nominal fp32 peak
 
   // Samples printed after training.
   int64_t sample_tokens = 0;
@@ -67,6 +71,8 @@ struct TrainOptions {
 
   nn::GPTConfig model_config() const;
   nn::LRSchedule lr_schedule() const;
+  nn::Precision precision_policy() const;
+  nn::LossScalerOptions loss_scaler() const;
   // Throws naming the field and value.
   void validate() const;
   nlohmann::json to_json() const;

@@ -7,6 +7,7 @@
 
 #include "cli/metrics.h"
 #include "cli/model_loading.h"
+#include "cli/train_device.h"
 #include "tessera/core/file_io.h"
 #include "tessera/tessera.h"
 
@@ -21,16 +22,35 @@ namespace fs = std::filesystem;
 // Everything one run trains with.
 struct Session {
   nn::GPTConfig config;
-  std::unique_ptr<nn::GPT> model;
+  // The fp32 model: the master weights the optimizer updates and checkpoints hold. Under bf16
+  // or fp16, `compute` is the same model in that dtype, which the forward pass runs.
+  std::unique_ptr<nn::GPT> model, compute;
+  std::unique_ptr<nn::MixedPrecision> precision;
   std::unique_ptr<nn::Optimizer> optimizer;
   std::unique_ptr<data::DataLoader> train, val;
   std::unique_ptr<data::Tokenizer> tokenizer;
   nn::LRSchedule schedule;
-  int64_t step = 0;  // optimizer steps taken
+  int64_t step = 0;  // optimizer steps taken (fp16 overflow skips included)
+  Device device = Device::cpu();
+
+  nn::GPT& net() { return compute ? *compute : *model; }
 };
 
 std::string metrics_path(const TrainOptions& o) {
   return o.run_dir + "/metrics.jsonl";
+}
+
+std::string precision_banner(const TrainOptions& o) {
+  switch (o.precision_policy()) {
+    case nn::Precision::bf16:
+      return "bf16 (bf16 weights and activations; fp32 master weights, optimizer state and loss)";
+    case nn::Precision::fp16:
+      return str_cat("fp16 (fp16 weights and activations; fp32 master weights, optimizer state ",
+                     "and loss; dynamic loss scale from ", o.loss_scale_init, ", doubling after ",
+                     o.loss_scale_window, " clean steps)");
+    default:
+      return "fp32";
+  }
 }
 
 std::unique_ptr<nn::Optimizer> make_optimizer(const TrainOptions& o, const nn::GPT& model) {
@@ -84,15 +104,15 @@ void check_resumable(const TrainOptions& now, const nlohmann::json& saved) {
 
 double evaluate(Session& s, const TrainOptions& o) {
   NoGradGuard no_grad;
-  s.model->eval();
+  s.net().eval();
   s.val->reset();
   int64_t n = std::min<int64_t>(o.eval_batches, s.val->batches_per_epoch());
   double total = 0;
   for (int64_t i = 0; i < n; ++i) {
     data::Batch b = s.val->next();
-    total += s.model->loss(b.inputs, b.targets).item<float>();
+    total += s.net().loss(ops::to(b.inputs, s.device), ops::to(b.targets, s.device)).item<float>();
   }
-  s.model->train();
+  s.net().train();
   return total / double(std::max<int64_t>(n, 1));
 }
 
@@ -105,7 +125,8 @@ std::string save(Session& s, const TrainOptions& o) {
   data.state = {{"options", o.to_json()},
                 {"model_config", s.config.to_json()},
                 {"optimizer", opt.scalars},
-                {"loader", s.train->state().to_json()}};
+                {"loader", s.train->state().to_json()},
+                {"precision", s.precision->state()}};
   return nn::save_checkpoint(o.run_dir, data, o.keep_checkpoints);
 }
 
@@ -122,7 +143,8 @@ void print_samples(Session& s, const TrainOptions& o, std::ostream& out) {
     g.sampling.temperature = o.sample_temperature;
     g.sampling.top_k = o.sample_top_k;
     g.sampling.seed = o.seed + uint64_t(i);
-    Tensor result = nn::generate(*s.model, from_vector<int64_t>(ids, {1, int64_t(ids.size())}), g);
+    Tensor prompt_ids = from_vector<int64_t>(ids, {1, int64_t(ids.size())});
+    Tensor result = ops::to(nn::generate(s.net(), ops::to(prompt_ids, s.device), g), Device::cpu());
     std::vector<int64_t> all = to_vector<int64_t>(result);
     std::vector<int32_t> tokens(all.begin(), all.end());
     out << "--- sample " << i + 1 << " (" << n << " tokens, temperature " << o.sample_temperature
@@ -140,6 +162,7 @@ TrainResult Trainer::run() {
   const TrainOptions& o = options_;
   o.validate();
   if (o.threads > 0) set_num_threads(o.threads);
+  const Device device = open_train_device(o.device);
   fs::create_directories(o.run_dir);
 
   std::optional<nn::CheckpointData> resume;
@@ -161,8 +184,14 @@ TrainResult Trainer::run() {
                 " exceeds the model's block_size ", s.config.block_size);
   s.model = std::make_unique<nn::GPT>(s.config);
   if (!imported.empty()) s.model->load_state_dict(imported);
-  s.model->set_dropout_seed(o.seed);
-  s.model->train();
+  const nn::Precision precision = o.precision_policy();
+  if (precision != nn::Precision::fp32)
+    s.compute = std::make_unique<nn::GPT>(s.config, nn::compute_dtype(precision));
+  s.device = device;
+  move_tensors_in_place(s.model->state_dict(), device);
+  if (s.compute) move_tensors_in_place(s.compute->state_dict(), device);
+  s.net().set_dropout_seed(o.seed);
+  s.net().train();
   s.optimizer = make_optimizer(o, *s.model);
   s.schedule = o.lr_schedule();
 
@@ -178,11 +207,15 @@ TrainResult Trainer::run() {
   }
 
   TrainResult result;
+  if (resume) s.model->load_state_dict(resume->model);
+  // Rounds the master weights (fresh, imported or resumed) into the compute model.
+  s.precision = std::make_unique<nn::MixedPrecision>(precision, s.model->named_parameters(),
+                                                     s.net().named_parameters(), o.loss_scaler());
   if (resume) {
-    s.model->load_state_dict(resume->model);
     s.optimizer->load_state_dict({resume->optimizer, resume->state.at("optimizer")});
     s.train->restore(data::LoaderState::from_json(resume->state.at("loader")));
     s.step = resume->step;
+    if (resume->state.contains("precision")) s.precision->load_state(resume->state["precision"]);
     MetricsLog::truncate_after(metrics_path(o), s.step);
     result.checkpoint = nn::checkpoint_name(s.step);
   }
@@ -191,8 +224,16 @@ TrainResult Trainer::run() {
 
   const int threads = num_threads();
   std::string peak_text;
-  double peak = o.peak_gflops > 0 ? o.peak_gflops : cpu_peak_gflops(threads, &peak_text);
-  if (o.peak_gflops > 0) peak_text = str_cat(o.peak_gflops, " GFLOP/s (--peak-gflops)");
+  double peak = 0;
+  if (o.peak_gflops > 0) {
+    peak = o.peak_gflops;
+    peak_text = str_cat(o.peak_gflops, " GFLOP/s (--peak-gflops)");
+  } else if (device.is_cuda()) {
+    // No table of GPU peaks here: the user states the one for the GPU and the precision.
+    peak_text = "none stated: pass --peak-gflops (the GPU's dense peak) for MFU on cuda";
+  } else {
+    peak = cpu_peak_gflops(threads, &peak_text);
+  }
   const double fpt = flops_per_token(s.config, o.seq_len);
   const int64_t tokens_per_step = o.batch_size * o.seq_len * o.grad_accum;
 
@@ -201,27 +242,29 @@ TrainResult Trainer::run() {
        << "model: " << s.config.to_json().dump() << "\n"
        << "parameters: " << s.model->num_parameters() << " | tokens/step: " << tokens_per_step
        << " | FLOPs/token: " << std::setprecision(4) << fpt / 1e6 << " M | threads: " << threads
-       << "\nMFU is against a peak of " << peak_text << "\n";
+       << "\nMFU is against a peak of " << peak_text << "\n"
+       << "device: " << device << " | precision: " << precision_banner(o) << "\n";
   if (resume) out_ << "resuming from " << o.run_dir << "/checkpoints/" << result.checkpoint << "\n";
   out_ << std::flush;
 
   MetricsLog log(metrics_path(o));
-  Allocator& alloc = allocator_for(Device::cpu());
+  Allocator& alloc = allocator_for(device);
   double last_loss = 0;
   while (s.step < o.max_steps) {
     auto t0 = std::chrono::steady_clock::now();
-    s.model->set_step(s.step);
+    s.net().set_step(s.step);
     double lr = s.schedule.lr(s.step);
     s.optimizer->set_lr(lr);
     double loss_sum = 0;
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
       data::Batch b = s.train->next();
-      Tensor loss = s.model->loss(b.inputs, b.targets);
+      Tensor loss = s.net().loss(ops::to(b.inputs, device), ops::to(b.targets, device));
       loss_sum += loss.item<float>();
       if (o.grad_accum > 1) loss = mul(loss, 1.0 / double(o.grad_accum));
-      loss.backward();
+      s.precision->scale_loss(loss).backward();
+      s.precision->accumulate_grads();
     }
-    double norm = nn::clip_and_step(*s.optimizer, o.grad_clip);
+    const nn::PrecisionStep ps = s.precision->step(*s.optimizer, o.grad_clip);
     s.optimizer->zero_grad();
     ++s.step;
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -230,10 +273,16 @@ TrainResult Trainer::run() {
     m.step = s.step;
     m.loss = last_loss = loss_sum / double(o.grad_accum);
     m.lr = lr;
-    m.grad_norm = norm;
+    m.grad_norm = ps.grad_norm;
+    m.precision = o.precision;
+    if (const nn::DynamicLossScaler* scaler = s.precision->scaler()) {
+      m.loss_scale = ps.loss_scale;
+      m.skipped = ps.skipped;
+      m.skipped_steps = scaler->skipped_steps();
+    }
     m.ms = seconds * 1e3;
     m.tokens_per_s = double(tokens_per_step) / seconds;
-    m.mfu = fpt * m.tokens_per_s / (peak * 1e9);
+    m.mfu = peak > 0 ? fpt * m.tokens_per_s / (peak * 1e9) : 0.0;
     AllocatorStats st = alloc.stats();
     m.live_bytes = st.live_bytes;
     m.peak_bytes = st.peak_bytes;

@@ -8,6 +8,11 @@
 // <run_dir>/metrics.jsonl. A checkpoint holds the model, the optimizer state, the loader
 // position, the step and the resolved options, so a resumed run repeats exactly the losses an
 // uninterrupted one would have produced (same thread count: GEMM blocking depends on it).
+//
+// --precision bf16/fp16 adds a model in that dtype for forward and backward; the fp32 model
+// holds the master weights (optimizer, checkpoints) and nn::MixedPrecision moves gradients and
+// weights between the two, with fp16's loss scale in the checkpoint. --device cuda puts both
+// on cuda:0 (train_device.h).
 
 #include <atomic>
 #include <cstdint>

@@ -1,0 +1,48 @@
+#include "cli/train_device.h"
+
+#include "tessera/core/backend.h"
+#include "tessera/core/ops/movement.h"
+#if defined(TESSERA_HAS_CUDA)
+#include "tessera/cuda/cuda.h"
+#endif
+
+namespace tessera::cli {
+
+namespace {
+
+[[noreturn]] void unavailable(const char* why) {
+  throw DeviceUnavailable(str_cat("tessera train: --device cuda: no CUDA device (", why, ")"));
+}
+
+}  // namespace
+
+Device open_train_device(const std::string& name) {
+  if (name == "cpu") return Device::cpu();
+  TESSERA_CHECK(name == "cuda", "train: --device must be cpu or cuda, got '", name, "'");
+#if defined(TESSERA_HAS_CUDA)
+  if (cuda::device_count() == 0) unavailable("no GPU found");
+  cuda::init_device(0);
+#else
+  // backend_for() is the registry's only query; it throws when nothing serves the type.
+  try {
+    backend_for(Device::cuda(0));
+  } catch (const Error&) {
+    unavailable("this build has no CUDA backend");
+  }
+#endif
+  return Device::cuda(0);
+}
+
+void move_tensors_in_place(const nn::StateDict& tensors, Device device) {
+  for (const auto& [name, t] : tensors) {
+    if (t.device() == device) continue;
+    const Tensor moved = ops::to(ops::contiguous(t), device);
+    TensorImpl& impl = *t.shared_impl();
+    impl.storage = moved.storage();
+    impl.strides = moved.strides();
+    impl.offset = moved.offset();
+    impl.grad.reset();
+  }
+}
+
+}  // namespace tessera::cli

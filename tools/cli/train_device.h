@@ -1,0 +1,34 @@
+#pragma once
+// The device `tessera train --device` runs on, and moving a model there.
+//
+// cpu always exists. cuda means cuda:0 of the CUDA backend (tessera/cuda/cuda.h). In a build
+// with the GPU backend (TESSERA_HAS_CUDA) it is opened here, and a machine without a GPU is
+// refused. In a build without it, cuda works only where the program registered a backend for
+// the device type itself (tessera::cuda::use_simulated_device(), in tests); otherwise it is
+// refused. No CUDA header is needed to compile the CLI either way.
+
+#include <string>
+
+#include "tessera/core/device.h"
+#include "tessera/core/error.h"
+#include "tessera/nn/module.h"
+
+namespace tessera::cli {
+
+// The one line `tessera train` prints before exiting with status 2.
+class DeviceUnavailable : public Error {
+ public:
+  using Error::Error;
+};
+
+// "cpu" or "cuda". Throws DeviceUnavailable with the message
+// "tessera train: --device cuda: no CUDA device (this build has no CUDA backend)", or
+// "(no GPU found)" in a GPU build on a machine without one.
+Device open_train_device(const std::string& name);
+
+// Moves every tensor of `tensors` (a module's state dict) to `device` in place: each handle
+// keeps its identity, so the layers that registered it see the move; only its storage (and
+// layout, made contiguous) changes. Gradients are dropped. A no-op for tensors already there.
+void move_tensors_in_place(const nn::StateDict& tensors, Device device);
+
+}  // namespace tessera::cli
