@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 
@@ -57,8 +59,61 @@ inline void expect_close(const Tensor& got, const Tensor& want, double rtol, dou
   ASSERT_TRUE(want.defined()) << what << ": reference undefined";
   ASSERT_EQ(got.shape(), want.shape()) << what;
   CloseReport r = compare_close(got, want, rtol, atol);
-  EXPECT_TRUE(r.ok) << what << ": " << r.message << " (max abs error " << r.max_abs_error
-                    << ")";
+  EXPECT_TRUE(r.ok) << what << ": " << r.message << " (max abs error " << r.max_abs_error << ")";
+}
+
+// How far a tensor-parallel result may be from its single-process twin: |got - want| <=
+// rtol |want| + scaled max|want|. The scaled term is for entries that are sums with
+// cancellation: reordering a sum of n terms changes it by up to ~n u max|term| (u the unit
+// roundoff) whatever the size of the result, and the terms are at most the size of the
+// tensor's largest entries.
+struct Tolerance {
+  double rtol, scaled;
+};
+// f64: u = 1.1e-16 and n <= ~128 terms: 1.4e-14 of the largest entry.
+constexpr Tolerance kF64{1e-12, 1e-13};
+// f32: u = 6e-8 and n <= ~128 terms: 7.6e-6 of the largest entry.
+constexpr Tolerance kF32{1e-5, 1e-5};
+
+inline Tolerance tolerance_for(DType dtype) {
+  return dtype == DType::f64 ? kF64 : kF32;
+}
+
+// The largest |x|.
+inline double max_abs(const Tensor& x) {
+  double m = 0;
+  for (double v : to_vector<double>(ops::cast(x, DType::f64))) m = std::max(m, std::abs(v));
+  return m;
+}
+
+// expect_close with tol (see Tolerance).
+inline void expect_close(const Tensor& got, const Tensor& want, Tolerance tol,
+                         const std::string& what) {
+  ASSERT_TRUE(want.defined()) << what << ": reference undefined";
+  expect_close(got, want, tol.rtol, tol.scaled * max_abs(want), what);
+}
+
+// The q, k and v parts of a c_attn bias (or its gradient) laid out as [q heads, k heads,
+// v heads] with n_head query and n_kv_head key/value heads of head_dim.
+struct QkvParts {
+  Tensor q, k, v;
+};
+inline QkvParts split_qkv(const Tensor& b, int64_t n_head, int64_t n_kv_head, int64_t head_dim) {
+  const int64_t q = n_head * head_dim, kv = n_kv_head * head_dim;
+  return {ops::narrow(b, 0, 0, q), ops::narrow(b, 0, q, kv), ops::narrow(b, 0, q + kv, kv)};
+}
+
+// The key-projection bias b_k has a zero gradient: adding q . b_k to every score of a softmax
+// row changes no probability. What the backward pass computes for it is rounding noise: the sum
+// over the B T key positions of the key gradients, each itself a sum over the T query positions
+// of score gradients times queries, so each carries ~T roundings of terms the size of the
+// query-bias gradient's (the same score gradients times keys). Bound: 2 u B T T max|g_bq|;
+// measured at most 0.37 of it (f32 attention layer, tp = 2).
+inline void expect_key_bias_grad_zero(const Tensor& g_k, const Tensor& g_q, int64_t batch,
+                                      int64_t seq, const std::string& what) {
+  const double u = g_k.dtype() == DType::f64 ? 1.1e-16 : 6e-8;
+  const double bound = 2 * u * double(batch * seq * seq) * max_abs(g_q);
+  EXPECT_LE(max_abs(g_k), bound) << what << ": the key-bias gradient should be rounding noise";
 }
 
 // Bitwise equality, for the cases where the order of every reduction is unchanged.

@@ -1,10 +1,20 @@
 // `tessera generate`: sample text from a run, a checkpoint, HF GPT-2 weights or an llm.c file.
+//
+// Under tensor parallelism (`mpiexec -n T tessera generate --tp T ...`) every rank loads its
+// slices of the same full weights, runs the same decode loop (the logits are gathered, so every
+// rank samples the same tokens) and only rank 0 prints. The tokens are those of one process up
+// to the rounding of the reordered sums in the logits.
 
 #include <iostream>
 
 #include "cli/commands.h"
 #include "cli/model_loading.h"
+#include "tessera/parallel/mesh.h"
+#include "tessera/parallel/tp/tensor_parallel.h"
 #include "tessera/tessera.h"
+#if TESSERA_HAS_MPI
+#include "tessera/parallel/comm/mpi_communicator.h"
+#endif
 
 namespace tessera::cli {
 
@@ -15,13 +25,36 @@ struct GenerateFlags {
   int64_t max_new_tokens = 200, top_k = 40, num_samples = 1, n_head = 0;
   double temperature = 0.8, top_p = 1.0;
   uint64_t seed = 0;
-  int threads = 0;
+  int threads = 0, tp = 1;
   bool no_cache = false;
 };
 
-void run_generate(const GenerateFlags& f) {
-  if (f.threads > 0) set_num_threads(f.threads);
-  LoadedModel loaded = load_model(f.model, f.n_head);
+// MPI's world when an MPI launcher started the program (main() then initialised MPI), else null.
+std::shared_ptr<parallel::Communicator> mpi_world() {
+#if TESSERA_HAS_MPI
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized != 0) return parallel::MpiCommunicator::world();
+#endif
+  return nullptr;
+}
+
+// The tensor-parallel group for --tp: none for --tp 1 in one process; otherwise every process,
+// which must be exactly --tp of them (generate has no other parallel axis).
+std::shared_ptr<parallel::tp::TensorParallel> make_tp_group(int tp) {
+  TESSERA_CHECK(tp >= 1, "generate: --tp must be at least 1, got ", tp);
+  const std::shared_ptr<parallel::Communicator> mpi = mpi_world();
+  const int world = mpi ? mpi->size() : 1;
+  TESSERA_CHECK(world == tp, "generate: --tp ", tp, " needs ", tp,
+                tp == 1 ? " process" : " processes", " but ", world, world == 1 ? " is" : " are",
+                " running; start it as mpiexec -n ", tp, " tessera generate --tp ", tp, " ...");
+  if (tp == 1) return nullptr;
+  auto mesh = std::make_shared<parallel::DeviceMesh>(mpi, parallel::MeshShape{1, 1, tp});
+  return parallel::tp::TensorParallel::from_mesh(mesh, false);
+}
+
+void generate_on_rank(const GenerateFlags& f, bool prints) {
+  LoadedModel loaded = load_model(f.model, f.n_head, make_tp_group(f.tp));
   std::string tok_spec = !f.tokenizer.empty() ? f.tokenizer : loaded.tokenizer;
   TESSERA_CHECK(!tok_spec.empty(), "generate: --tokenizer is required for ", f.model,
                 " (it does not record one); for GPT-2 weights pass a folder with encoder.json and "
@@ -37,8 +70,11 @@ void run_generate(const GenerateFlags& f) {
                 " tokens) fills the model's context of ", loaded.config.block_size);
   int64_t n = std::min(f.max_new_tokens, room);
   std::vector<int64_t> ids(prompt.begin(), prompt.end());
-  std::cerr << "generate: " << loaded.path << " (" << loaded.model->num_parameters()
-            << " parameters), " << n << " new tokens per sample\n";
+  if (prints)
+    std::cerr << "generate: " << loaded.path << " (" << nn::GPT::count_parameters(loaded.config)
+              << " parameters"
+              << (f.tp > 1 ? ", tensor parallel over " + std::to_string(f.tp) + " ranks" : "")
+              << "), " << n << " new tokens per sample\n";
   for (int64_t i = 0; i < f.num_samples; ++i) {
     nn::GenerateOptions g;
     g.max_new_tokens = n;
@@ -51,8 +87,24 @@ void run_generate(const GenerateFlags& f) {
         nn::generate(*loaded.model, from_vector<int64_t>(ids, {1, int64_t(ids.size())}), g);
     std::vector<int64_t> all = to_vector<int64_t>(out);
     std::vector<int32_t> tokens(all.begin(), all.end());
+    if (!prints) continue;
     if (f.num_samples > 1) std::cout << "--- sample " << i + 1 << " ---\n";
     std::cout << tokenizer->decode(tokens) << "\n";
+  }
+}
+
+void run_generate(const GenerateFlags& f) {
+  if (f.threads > 0) set_num_threads(f.threads);
+  const std::shared_ptr<parallel::Communicator> mpi = mpi_world();
+  const int rank = mpi ? mpi->rank() : 0;
+  try {
+    generate_on_rank(f, rank == 0);
+  } catch (const Error&) {
+    // Every rank runs the same checks on the same flags, files and gathered logits, so an error
+    // (a layout that does not fit, a bad checkpoint) is the same on every rank: rank 0 reports
+    // it in one line, the others only fail.
+    if (rank == 0) throw;
+    exit_code() = 1;
   }
 }
 
@@ -75,6 +127,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--n-head", f->n_head, "heads of HF weights without a config.json");
   cmd->add_option("--threads", f->threads, "CPU threads (0: all)");
   cmd->add_flag("--no-cache", f->no_cache, "recompute the sequence for every token");
+  cmd->add_option("--tp", f->tp,
+                  "tensor-parallel ranks: run as mpiexec -n T tessera generate --tp T");
   cmd->callback([f] { run_generate(*f); });
 }
 

@@ -1,12 +1,35 @@
 // tessera: train, sample from, and manage GPT models. Errors print one line and exit non-zero.
 
+#include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <optional>
 
 #include "cli/commands.h"
 #include "tessera/core/error.h"
+#if TESSERA_HAS_MPI
+#include "tessera/parallel/comm/mpi_communicator.h"
+#endif
+
+namespace {
+
+#if TESSERA_HAS_MPI
+// Whether an MPI launcher started this process (MPICH's and Open MPI's mpiexec, PMIx, srun):
+// only then is MPI initialised, so single-process commands never touch it.
+bool launched_by_mpi() {
+  for (const char* var : {"PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"})
+    if (std::getenv(var) != nullptr) return true;
+  return false;
+}
+#endif
+
+}  // namespace
 
 int main(int argc, char** argv) {
+#if TESSERA_HAS_MPI
+  std::optional<tessera::parallel::MpiSession> mpi;
+  if (launched_by_mpi()) mpi.emplace(&argc, &argv);
+#endif
   CLI::App app{"tessera: train GPT models from C++ and sample from them"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Print help for every subcommand");

@@ -6,6 +6,7 @@
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/nn/io/hf_gpt2.h"
 #include "tessera/nn/io/llmc.h"
+#include "tessera/parallel/tp/full_state.h"
 
 namespace tessera::cli {
 
@@ -37,14 +38,33 @@ nn::StateDict import_weights(const std::string& spec, nn::GPTConfig* config, int
   return nn::import_hf_gpt2(spec, config, options);
 }
 
-LoadedModel load_model(const std::string& spec, int64_t n_head) {
+namespace {
+
+// The model of `config` for one process or one tensor-parallel rank, holding `weights` (full).
+std::unique_ptr<nn::GPT> build_model(const nn::GPTConfig& config, const nn::StateDict& weights,
+                                     const std::shared_ptr<nn::TensorParallelOps>& tp) {
+  if (!tp) {
+    auto model = std::make_unique<nn::GPT>(config);
+    model->load_state_dict(weights);
+    return model;
+  }
+  nn::ModelParallel mp;
+  mp.tp = tp;
+  auto model = std::make_unique<nn::GPT>(config, DType::f32, mp);
+  parallel::tp::load_full_state_dict(*model, weights, tp->rank(), tp->size());
+  return model;
+}
+
+}  // namespace
+
+LoadedModel load_model(const std::string& spec, int64_t n_head,
+                       std::shared_ptr<nn::TensorParallelOps> tp) {
   LoadedModel out;
   out.kind = detect_model_source(spec);
   out.path = spec;
   if (out.kind == ModelSourceKind::hf_gpt2 || out.kind == ModelSourceKind::llmc) {
     nn::StateDict weights = import_weights(spec, &out.config, n_head);
-    out.model = std::make_unique<nn::GPT>(out.config);
-    out.model->load_state_dict(weights);
+    out.model = build_model(out.config, weights, tp);
     return out;
   }
   if (out.kind == ModelSourceKind::run_dir) {
@@ -60,8 +80,7 @@ LoadedModel load_model(const std::string& spec, int64_t n_head) {
   if (data.state.contains("options") && data.state["options"].contains("tokenizer"))
     out.tokenizer = data.state["options"]["tokenizer"].get<std::string>();
   out.state = data.state;
-  out.model = std::make_unique<nn::GPT>(out.config);
-  out.model->load_state_dict(data.model);
+  out.model = build_model(out.config, data.model, tp);
   return out;
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 // Finding a model on disk: a run directory (its latest checkpoint), one checkpoint directory,
-// Hugging Face GPT-2 weights (model.safetensors or its folder), or an llm.c model .bin.
+// Hugging Face GPT-2 weights (model.safetensors or its folder), or an llm.c model .bin. Any of
+// them loads into one process or into a tensor-parallel rank: every source holds the full
+// (single-process) weights, and each rank keeps its slices.
 
 #include <cstdint>
 #include <memory>
@@ -27,7 +29,10 @@ struct LoadedModel {
 // What `spec` is; throws naming the path when it is none of the four.
 ModelSourceKind detect_model_source(const std::string& spec);
 // Builds the model and loads its weights. n_head applies to HF files without a config.json.
-LoadedModel load_model(const std::string& spec, int64_t n_head = 0);
+// With `tp`, builds this rank's tensor-parallel part and loads its slices of the full weights
+// (no communication); a config whose heads or MLP width tp does not divide throws naming them.
+LoadedModel load_model(const std::string& spec, int64_t n_head = 0,
+                       std::shared_ptr<nn::TensorParallelOps> tp = nullptr);
 // The weights of an HF or llm.c file with the config they imply (no model built).
 nn::StateDict import_weights(const std::string& spec, nn::GPTConfig* config, int64_t n_head = 0);
 

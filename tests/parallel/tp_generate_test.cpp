@@ -1,0 +1,177 @@
+// `tessera generate --tp`, run in-process on every rank through the command's own parser and
+// callback (tools/cli): a full single-process checkpoint loads into the tensor-parallel model,
+// every rank generates, only rank 0 prints, and what it prints is the single-process text for
+// greedy and seeded sampling. Also the one-line errors of a layout that does not fit.
+//
+// The model's weights are drawn with std 0.3 (tp_test_util's randomize) so that the logits are
+// far from ties: tensor parallelism changes them by f32 rounding of reordered sums (~1e-6,
+// tp_model_test.cpp), which can only change a token whose top logits (greedy) or whose
+// cumulative probability at the uniform draw (sampling) sit that close.
+
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "tessera/nn/io/checkpoint.h"
+#include "tests/parallel/tp_test_util.h"
+
+namespace tessera::parallel {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliResult {
+  std::string out, err;  // what this rank printed
+  std::string error;     // the error that reached main(), "" if none
+  int code = 0;          // the exit code main() would return
+};
+
+// `tessera <args>` on this rank, as main() runs it (MPI is already up under the test's main).
+CliResult run_cli(const std::string& args) {
+  CLI::App app;
+  cli::add_generate_command(app);
+  cli::exit_code() = 0;
+  std::ostringstream out, err;
+  std::streambuf* old_out = std::cout.rdbuf(out.rdbuf());
+  std::streambuf* old_err = std::cerr.rdbuf(err.rdbuf());
+  CliResult r;
+  try {
+    app.parse(args, false);
+  } catch (const Error& e) {
+    r.error = e.what();
+  }
+  std::cout.rdbuf(old_out);
+  std::cerr.rdbuf(old_err);
+  r.out = out.str();
+  r.err = err.str();
+  r.code = r.error.empty() ? cli::exit_code() : 1;
+  return r;
+}
+
+nn::GPTConfig tiny_config() {
+  nn::GPTConfig c;
+  c.vocab_size = 257;  // the byte tokenizer's
+  c.block_size = 32;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = 32;
+  c.init_seed = 3;
+  return c;
+}
+
+// A checkpoint of `model` that records the byte tokenizer, written by rank 0 into a folder
+// named for the test; every rank returns its path once it exists.
+std::string write_checkpoint(const nn::GPT& model, const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("tessera_tp_generate_" + name);
+  auto world = MpiCommunicator::world();
+  if (world->rank() == 0) {
+    fs::remove_all(dir);
+    nn::CheckpointData data;
+    data.step = 1;
+    data.model = model.state_dict();
+    data.state["model_config"] = model.config().to_json();
+    data.state["options"]["tokenizer"] = "byte";
+    nn::save_checkpoint(dir.string(), data);
+  }
+  world->barrier();
+  return dir.string();
+}
+
+// What the single-process command prints for `samples` samples of `new_tokens` after `prompt`.
+std::string single_process_text(nn::GPT& model, const std::string& prompt, int64_t new_tokens,
+                                const nn::SamplingOptions& sampling, int64_t samples) {
+  data::ByteTokenizer tok;
+  const std::vector<int32_t> p = tok.encode(prompt);
+  const Tensor ids =
+      from_vector<int64_t>(std::vector<int64_t>(p.begin(), p.end()), {1, int64_t(p.size())});
+  std::string text;
+  for (int64_t i = 0; i < samples; ++i) {
+    nn::GenerateOptions g;
+    g.max_new_tokens = new_tokens;
+    g.sampling = sampling;
+    g.sampling.seed = sampling.seed + uint64_t(i);
+    const std::vector<int64_t> all = to_vector<int64_t>(nn::generate(model, ids, g));
+    if (samples > 1) text += "--- sample " + std::to_string(i + 1) + " ---\n";
+    text += tok.decode(std::vector<int32_t>(all.begin(), all.end())) + "\n";
+  }
+  return text;
+}
+
+TEST(TensorParallelGenerateN2, GreedyAndSampledTextMatchOneProcess) {
+  const int rank = MpiCommunicator::world()->rank();
+  nn::GPT single(tiny_config());
+  testing::randomize(single, 17);
+  const std::string dir = write_checkpoint(single, "match");
+  const std::string base = "generate --model " + dir + " --tp 2 --prompt hello --max-new-tokens 12";
+
+  nn::SamplingOptions greedy;
+  greedy.temperature = 0;
+  CliResult r = run_cli(base + " --temperature 0");
+  EXPECT_EQ(r.error, "");
+  EXPECT_EQ(r.code, 0);
+  if (rank == 0) {
+    EXPECT_EQ(r.out, single_process_text(single, "hello", 12, greedy, 1));
+    EXPECT_NE(r.err.find("tensor parallel over 2 ranks"), std::string::npos) << r.err;
+  } else {
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, "");
+  }
+
+  // Seeded sampling, two samples, with and without the KV cache.
+  nn::SamplingOptions sampled;
+  sampled.temperature = 0.9;
+  sampled.top_k = 40;
+  sampled.seed = 7;
+  const std::string want = single_process_text(single, "hello", 12, sampled, 2);
+  for (const char* cache : {"", " --no-cache"}) {
+    r = run_cli(base + " --temperature 0.9 --top-k 40 --seed 7 --num-samples 2" + cache);
+    EXPECT_EQ(r.code, 0) << r.error;
+    EXPECT_EQ(r.out, rank == 0 ? want : "") << cache;
+  }
+  MpiCommunicator::world()->barrier();
+  if (rank == 0) fs::remove_all(dir);
+}
+
+TEST(TensorParallelGenerateN2, LayoutErrorsAreOneLineFromRankZero) {
+  const int rank = MpiCommunicator::world()->rank();
+  nn::GPTConfig cfg = tiny_config();
+  const std::string dir = write_checkpoint(nn::GPT(cfg), "errors");
+  cfg.n_head = cfg.n_kv_head = 3;
+  cfg.n_embd = 24;
+  const std::string odd = write_checkpoint(nn::GPT(cfg), "odd_heads");
+
+  struct Case {
+    std::string args, message;
+  };
+  const std::vector<Case> cases = {
+      {"--model " + dir + " --tp 3", "generate: --tp 3 needs 3 processes but 2 are running"},
+      {"--model " + dir, "generate: --tp 1 needs 1 process but 2 are running"},
+      {"--model " + odd + " --tp 2",
+       "n_head (3) must be divisible by the tensor-parallel size (2)"},
+  };
+  for (const Case& c : cases) {
+    const CliResult r = run_cli("generate " + c.args + " --max-new-tokens 2");
+    EXPECT_EQ(r.code, 1) << c.args;
+    EXPECT_EQ(r.out, "") << c.args;
+    if (rank == 0) {
+      EXPECT_NE(r.error.find(c.message), std::string::npos) << r.error;
+      EXPECT_EQ(r.error.find('\n'), std::string::npos) << r.error;
+    } else {
+      EXPECT_EQ(r.error, "") << "only rank 0 reports: " << c.args;
+    }
+  }
+  MpiCommunicator::world()->barrier();
+  if (rank == 0) {
+    fs::remove_all(dir);
+    fs::remove_all(odd);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::parallel
