@@ -13,6 +13,14 @@
 
 namespace tessera::cli {
 
+nlohmann::json RankMetrics::to_json() const {
+  return {{"comm_ms", comm_ms},
+          {"param_bytes", parameter_bytes},
+          {"grad_bytes", gradient_bytes},
+          {"optim_bytes", optimizer_bytes},
+          {"act_bytes", activation_bytes}};
+}
+
 nlohmann::json StepMetrics::to_json() const {
   nlohmann::json j = {{"step", step},
                       {"loss", loss},
@@ -31,6 +39,12 @@ nlohmann::json StepMetrics::to_json() const {
     j["skipped"] = skipped;
     j["skipped_steps"] = skipped_steps;
   }
+  if (parallel) {
+    j["bubble"] = parallel->bubble;
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const RankMetrics& r : parallel->ranks) ranks.push_back(r.to_json());
+    j["ranks"] = ranks;
+  }
   return j;
 }
 
@@ -47,6 +61,16 @@ std::string StepMetrics::console_line(int64_t max_steps) const {
   if (loss_scale) {
     std::snprintf(buf, sizeof buf, " scale %g | skipped %lld%s", *loss_scale,
                   (long long)skipped_steps, skipped ? " (this step: overflow)" : "");
+    line += buf;
+  }
+  if (parallel && !parallel->ranks.empty()) {
+    const RankMetrics& r = parallel->ranks.front();
+    auto mib = [](int64_t bytes) { return double(bytes) / (1 << 20); };
+    std::snprintf(buf, sizeof buf,
+                  " | comm %.1f ms | bubble %.1f%% | rank0 params/grads/optim/act "
+                  "%.2f/%.2f/%.2f/%.2f MiB",
+                  r.comm_ms, 100.0 * parallel->bubble, mib(r.parameter_bytes),
+                  mib(r.gradient_bytes), mib(r.optimizer_bytes), mib(r.activation_bytes));
     line += buf;
   }
   if (val_loss) {

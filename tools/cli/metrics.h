@@ -6,12 +6,32 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "tessera/nn/gpt_config.h"
 
 namespace tessera::cli {
+
+// Bytes one rank holds under a parallel layout (the engine's RankMemory) and its time blocked
+// in communication this step.
+struct RankMetrics {
+  double comm_ms = 0;
+  int64_t parameter_bytes = 0;
+  int64_t gradient_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  int64_t activation_bytes = 0;  // peak during forward and backward
+
+  nlohmann::json to_json() const;
+};
+
+// What a parallel step adds to the record: the measured pipeline bubble (idle / busy of the
+// pipeline group) and every rank's RankMetrics, rank 0 first.
+struct ParallelMetrics {
+  double bubble = 0;
+  std::vector<RankMetrics> ranks;
+};
 
 struct StepMetrics {
   int64_t step = 0;  // 1-based: the number of optimizer steps taken
@@ -25,10 +45,11 @@ struct StepMetrics {
   int64_t peak_bytes = 0;  // its high-water mark
   int64_t rss_bytes = 0;   // the process's resident set
   std::optional<double> val_loss;
-  std::string precision = "fp32";    // the policy (console line shows it unless fp32)
-  std::optional<double> loss_scale;  // fp16: the scale this step's backward used
-  bool skipped = false;              // fp16: this step overflowed and changed no weight
-  int64_t skipped_steps = 0;         // fp16: overflowed steps so far
+  std::string precision = "fp32";           // the policy (console line shows it unless fp32)
+  std::optional<double> loss_scale;         // fp16: the scale this step's backward used
+  bool skipped = false;                     // fp16: this step overflowed and changed no weight
+  int64_t skipped_steps = 0;                // fp16: overflowed steps so far
+  std::optional<ParallelMetrics> parallel;  // under a parallel layout
 
   nlohmann::json to_json() const;
   std::string console_line(int64_t max_steps) const;

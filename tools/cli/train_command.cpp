@@ -6,6 +6,7 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/parallel_training.h"
 #include "cli/train_device.h"
 #include "cli/trainer.h"
 #include "tessera/core/error.h"
@@ -59,6 +60,16 @@ const std::map<std::string, std::string>& flag_help() {
       {"loss_scale_init", "fp16: the initial loss scale"},
       {"loss_scale_window", "fp16: clean steps before the loss scale doubles"},
       {"peak_gflops", "peak for MFU (0: this CPU's nominal fp32 peak)"},
+      {"dp", "data-parallel ranks (run as mpiexec -n dp*tp*pp tessera train ...)"},
+      {"tp", "tensor-parallel ranks (divides n_head, n_kv_head and the MLP width)"},
+      {"pp", "pipeline stages (pp * virtual-stages divides n_layer)"},
+      {"zero",
+       "ZeRO stage over the dp group: 0, 1 (optimizer state), 2 (+ gradients), 3 "
+       "(+ parameters)"},
+      {"microbatches", "pipeline micro-batches per dp rank and step"},
+      {"pipeline_schedule", "gpipe, 1f1b or interleaved (with --virtual-stages > 1)"},
+      {"virtual_stages", "model chunks per pipeline rank (interleaved 1F1B)"},
+      {"sequence_parallel", "shard the activations outside attention and MLP over tp"},
       {"sample_tokens", "tokens to sample after training (0: none)"},
       {"sample_prompt", "prompt for the samples"},
       {"sample_temperature", "sampling temperature"},
@@ -102,6 +113,7 @@ void handle_sigint(int) {
 struct TrainFlags {
   std::string config_path, preset, model_json;
   std::map<std::string, std::string> values;
+  std::map<std::string, bool> switches;  // boolean options: flags without a value
 };
 
 }  // namespace
@@ -119,7 +131,12 @@ void add_train_command(CLI::App& app) {
   for (const auto& [key, value] : defaults.items()) {
     if (key == "model") continue;
     auto it = flag_help().find(key);
-    cmd->add_option(flag_name(key), flags->values[key], it != flag_help().end() ? it->second : "");
+    const std::string help = it != flag_help().end() ? it->second : "";
+    if (value.is_boolean()) {
+      cmd->add_flag(flag_name(key), flags->switches[key], help);
+    } else {
+      cmd->add_option(flag_name(key), flags->values[key], help);
+    }
   }
   cmd->callback([flags, cmd, defaults] {
     TrainOptions options;
@@ -131,6 +148,8 @@ void add_train_command(CLI::App& app) {
     nlohmann::json given = nlohmann::json::object();
     for (const auto& [key, text] : flags->values)
       if (cmd->count(flag_name(key)) > 0) given[key] = typed_value(key, text, defaults[key]);
+    for (const auto& [key, on] : flags->switches)
+      if (cmd->count(flag_name(key)) > 0) given[key] = on;
     if (!flags->preset.empty() || !flags->model_json.empty()) {
       nlohmann::json model = nlohmann::json::object();
       if (!flags->model_json.empty()) {
@@ -146,13 +165,26 @@ void add_train_command(CLI::App& app) {
     Trainer::clear_stop();
     auto previous = std::signal(SIGINT, handle_sigint);
     TrainResult r;
+    // Under MPI every rank runs the same setup on the same options and files, so a setup
+    // error is the same on every rank: rank 0 reports it, the others only fail.
+    const bool reports = mpi_world_rank() == 0;
     try {
       r = Trainer(options, std::cout).run();
     } catch (const DeviceUnavailable& e) {
       // Not a usage error of the run itself: the machine lacks the device (exit 2).
       std::signal(SIGINT, previous);
-      std::cerr << e.what() << "\n";
+      if (reports) std::cerr << e.what() << "\n";
       exit_code() = 2;
+      return;
+    } catch (const LayoutError& e) {
+      std::signal(SIGINT, previous);
+      if (reports) std::cerr << e.what() << "\n";
+      exit_code() = 2;
+      return;
+    } catch (const Error&) {
+      std::signal(SIGINT, previous);
+      if (reports) throw;
+      exit_code() = 1;
       return;
     }
     std::signal(SIGINT, previous);

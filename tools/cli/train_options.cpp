@@ -46,6 +46,14 @@ void for_each_field(Options& o, F&& f) {
   f("loss_scale_init", o.loss_scale_init);
   f("loss_scale_window", o.loss_scale_window);
   f("peak_gflops", o.peak_gflops);
+  f("dp", o.dp);
+  f("tp", o.tp);
+  f("pp", o.pp);
+  f("zero", o.zero);
+  f("microbatches", o.microbatches);
+  f("pipeline_schedule", o.pipeline_schedule);
+  f("virtual_stages", o.virtual_stages);
+  f("sequence_parallel", o.sequence_parallel);
   f("sample_tokens", o.sample_tokens);
   f("sample_prompt", o.sample_prompt);
   f("sample_temperature", o.sample_temperature);
@@ -57,6 +65,8 @@ template <class T>
 void read_value(const nlohmann::json& v, const std::string& key, T& out) {
   if constexpr (std::is_same_v<T, std::string>) {
     TESSERA_CHECK(v.is_string(), "config: '", key, "' must be a string, got ", v.dump());
+  } else if constexpr (std::is_same_v<T, bool>) {
+    TESSERA_CHECK(v.is_boolean(), "config: '", key, "' must be true or false, got ", v.dump());
   } else if constexpr (std::is_same_v<T, double>) {
     TESSERA_CHECK(v.is_number(), "config: '", key, "' must be a number, got ", v.dump());
   } else if constexpr (std::is_unsigned_v<T>) {
@@ -122,7 +132,21 @@ void TrainOptions::validate() const {
   TESSERA_CHECK(optimizer == "adamw" || optimizer == "sgd", "train: --optimizer must be adamw or ",
                 "sgd, got '", optimizer, "'");
   TESSERA_CHECK(schedule == "cosine" || schedule == "wsd" || schedule == "constant",
-                "train: --schedule must be cosine, wsd or constant, got '", schedule, "'");
+                "train: --schedule (the learning-rate schedule) must be cosine, wsd or constant, ",
+                "got '", schedule, "'",
+                schedule == "gpipe" || schedule == "1f1b" || schedule == "interleaved"
+                    ? "; the pipeline schedule is --pipeline-schedule"
+                    : "");
+  positive(dp, "dp");
+  positive(tp, "tp");
+  positive(pp, "pp");
+  TESSERA_CHECK(zero >= 0 && zero <= 3, "train: --zero must be 0, 1, 2 or 3, got ", zero);
+  positive(microbatches, "microbatches");
+  positive(virtual_stages, "virtual-stages");
+  TESSERA_CHECK(pipeline_schedule == "gpipe" || pipeline_schedule == "1f1b" ||
+                    pipeline_schedule == "interleaved",
+                "train: --pipeline-schedule must be gpipe, 1f1b or interleaved, got '",
+                pipeline_schedule, "'");
   TESSERA_CHECK(resume == "auto" || resume == "never", "train: --resume must be auto or never, ",
                 "got '", resume, "'");
   TESSERA_CHECK(device == "cpu" || device == "cuda", "train: --device must be cpu or cuda, got '",

@@ -62,6 +62,15 @@ struct TrainOptions {
   int64_t loss_scale_window = 2000;  // fp16: clean steps before the loss scale doubles
   double peak_gflops = 0;            // for MFU; 0: this CPU's nominal fp32 peak
 
+  // Parallel layout (tessera/parallel/engine, docs/parallelism.md). All at 1 / 0 / off, in one
+  // process: the single-process trainer. Otherwise run under mpiexec with dp * tp * pp ranks.
+  int64_t dp = 1, tp = 1, pp = 1;
+  int64_t zero = 0;                        // ZeRO stage over the dp group, 0..3
+  int64_t microbatches = 1;                // M: pipeline micro-batches per dp rank and step
+  std::string pipeline_schedule = "1f1b";  // "gpipe", "1f1b" or "interleaved" (pp > 1)
+  int64_t virtual_stages = 1;              // V: model chunks per pipeline rank (interleaved)
+  bool sequence_parallel = false;          // under tp > 1
+
   // Samples printed after training.
   int64_t sample_tokens = 0;
   std::string sample_prompt = "\n";
@@ -69,6 +78,8 @@ struct TrainOptions {
   int64_t sample_top_k = 40;
   int64_t num_samples = 1;
 
+  // Whether the layout asks for more than one process.
+  bool parallel() const { return dp * tp * pp > 1; }
   nn::GPTConfig model_config() const;
   nn::LRSchedule lr_schedule() const;
   nn::Precision precision_policy() const;

@@ -6,7 +6,8 @@
 #include <ostream>
 
 #include "cli/metrics.h"
-#include "cli/model_loading.h"
+#include "cli/parallel_training.h"
+#include "cli/train_common.h"
 #include "cli/train_device.h"
 #include "tessera/core/file_io.h"
 #include "tessera/tessera.h"
@@ -35,10 +36,6 @@ struct Session {
 
   nn::GPT& net() { return compute ? *compute : *model; }
 };
-
-std::string metrics_path(const TrainOptions& o) {
-  return o.run_dir + "/metrics.jsonl";
-}
 
 std::string precision_banner(const TrainOptions& o) {
   switch (o.precision_policy()) {
@@ -70,38 +67,6 @@ std::unique_ptr<nn::Optimizer> make_optimizer(const TrainOptions& o, const nn::G
   return std::make_unique<nn::AdamW>(model.named_parameters(), a);
 }
 
-// The model config: a resumed run's comes from its checkpoint (and must match this run's
-// options); otherwise from imported weights, or the preset with overrides, whose vocabulary
-// defaults to the tokenizer's.
-nn::GPTConfig resolve_config(const TrainOptions& o, const data::Tokenizer& tokenizer,
-                             const nn::CheckpointData* resume, nn::StateDict* imported) {
-  if (resume != nullptr) {
-    TESSERA_CHECK(resume->state.contains("model_config"), "train: checkpoint of step ",
-                  resume->step, " has no model_config in its state.json");
-    return nn::GPTConfig::from_json(resume->state["model_config"]);
-  }
-  if (!o.init_from.empty()) {
-    nn::GPTConfig c;
-    *imported = import_weights(o.init_from, &c);
-    return c;
-  }
-  nn::GPTConfig c = o.model_config();
-  if (!o.model_overrides.contains("vocab_size")) c.vocab_size = tokenizer.vocab_size();
-  c.validate();
-  return c;
-}
-
-// Options that must not change when resuming, because they define the data order or the
-// model; the rest (max_steps, logging, ...) may.
-void check_resumable(const TrainOptions& now, const nlohmann::json& saved) {
-  for (const char* key : {"train_data", "batch_size", "seq_len", "seed", "tokenizer"}) {
-    TESSERA_CHECK(!saved.contains(key) || saved[key] == now.to_json()[key], "train: cannot resume ",
-                  "with a different ", key, " (checkpoint: ", saved[key].dump(),
-                  ", now: ", now.to_json()[key].dump(),
-                  "); use another --run-dir or --resume never");
-  }
-}
-
 double evaluate(Session& s, const TrainOptions& o) {
   NoGradGuard no_grad;
   s.net().eval();
@@ -130,29 +95,6 @@ std::string save(Session& s, const TrainOptions& o) {
   return nn::save_checkpoint(o.run_dir, data, o.keep_checkpoints);
 }
 
-void print_samples(Session& s, const TrainOptions& o, std::ostream& out) {
-  std::vector<int32_t> prompt = s.tokenizer->encode(o.sample_prompt);
-  TESSERA_CHECK(!prompt.empty(), "train: --sample-prompt encodes to no tokens");
-  int64_t room = s.config.block_size - int64_t(prompt.size());
-  int64_t n = std::min(o.sample_tokens, room);
-  TESSERA_CHECK(n > 0, "train: the sample prompt fills the whole context");
-  std::vector<int64_t> ids(prompt.begin(), prompt.end());
-  for (int64_t i = 0; i < o.num_samples; ++i) {
-    nn::GenerateOptions g;
-    g.max_new_tokens = n;
-    g.sampling.temperature = o.sample_temperature;
-    g.sampling.top_k = o.sample_top_k;
-    g.sampling.seed = o.seed + uint64_t(i);
-    Tensor prompt_ids = from_vector<int64_t>(ids, {1, int64_t(ids.size())});
-    Tensor result = ops::to(nn::generate(s.net(), ops::to(prompt_ids, s.device), g), Device::cpu());
-    std::vector<int64_t> all = to_vector<int64_t>(result);
-    std::vector<int32_t> tokens(all.begin(), all.end());
-    out << "--- sample " << i + 1 << " (" << n << " tokens, temperature " << o.sample_temperature
-        << ", top-k " << o.sample_top_k << ") ---\n"
-        << s.tokenizer->decode(tokens) << "\n";
-  }
-}
-
 }  // namespace
 
 Trainer::Trainer(TrainOptions options, std::ostream& out)
@@ -161,27 +103,17 @@ Trainer::Trainer(TrainOptions options, std::ostream& out)
 TrainResult Trainer::run() {
   const TrainOptions& o = options_;
   o.validate();
+  if (o.parallel() || mpi_world_size() > 1) return run_parallel_training(o, out_, stop_requested_);
   if (o.threads > 0) set_num_threads(o.threads);
   const Device device = open_train_device(o.device);
   fs::create_directories(o.run_dir);
 
-  std::optional<nn::CheckpointData> resume;
-  if (o.resume == "auto") {
-    if (std::optional<std::string> latest = nn::find_latest_checkpoint(o.run_dir)) {
-      resume = nn::load_checkpoint(*latest);
-      if (resume->state.contains("options")) check_resumable(o, resume->state["options"]);
-    }
-  }
+  std::optional<ResumePoint> resume = find_resume(o);
 
   Session s;
   s.tokenizer = data::load_tokenizer(o.tokenizer);
   nn::StateDict imported;
   s.config = resolve_config(o, *s.tokenizer, resume ? &*resume : nullptr, &imported);
-  TESSERA_CHECK(s.tokenizer->vocab_size() <= s.config.vocab_size, "train: the tokenizer has ",
-                s.tokenizer->vocab_size(), " ids but the model's vocab_size is ",
-                s.config.vocab_size);
-  TESSERA_CHECK(o.seq_len <= s.config.block_size, "train: --seq-len ", o.seq_len,
-                " exceeds the model's block_size ", s.config.block_size);
   s.model = std::make_unique<nn::GPT>(s.config);
   if (!imported.empty()) s.model->load_state_dict(imported);
   const nn::Precision precision = o.precision_policy();
@@ -195,27 +127,25 @@ TrainResult Trainer::run() {
   s.optimizer = make_optimizer(o, *s.model);
   s.schedule = o.lr_schedule();
 
-  data::LoaderOptions lo;
-  lo.batch_size = o.batch_size;
-  lo.seq_len = o.seq_len;
-  lo.seed = o.seed;
-  lo.vocab_size = s.config.vocab_size;
-  s.train = std::make_unique<data::DataLoader>(o.train_data, lo);
-  if (!o.val_data.empty()) {
-    lo.shuffle = false;
-    s.val = std::make_unique<data::DataLoader>(o.val_data, lo);
-  }
+  s.train = make_loader(o, o.train_data, s.config.vocab_size, true);
+  if (!o.val_data.empty()) s.val = make_loader(o, o.val_data, s.config.vocab_size, false);
 
   TrainResult result;
-  if (resume) s.model->load_state_dict(resume->model);
+  if (resume) s.model->load_state_dict(resume->data.model);
   // Rounds the master weights (fresh, imported or resumed) into the compute model.
   s.precision = std::make_unique<nn::MixedPrecision>(precision, s.model->named_parameters(),
                                                      s.net().named_parameters(), o.loss_scaler());
+  std::string optimizer_note;
   if (resume) {
-    s.optimizer->load_state_dict({resume->optimizer, resume->state.at("optimizer")});
-    s.train->restore(data::LoaderState::from_json(resume->state.at("loader")));
-    s.step = resume->step;
-    if (resume->state.contains("precision")) s.precision->load_state(resume->state["precision"]);
+    // A checkpoint of a parallel run resumes the model here; its optimizer state only when it
+    // was written by a dp-only layout (one model part).
+    if (std::optional<nn::OptimizerState> opt =
+            load_optimizer_part(*resume, ModelSplit{}, 0, 0, &optimizer_note))
+      s.optimizer->load_state_dict(*opt);
+    const nlohmann::json& state = resume->data.state;
+    s.train->restore(data::LoaderState::from_json(state.at("loader")));
+    s.step = resume->data.step;
+    if (state.contains("precision")) s.precision->load_state(state["precision"]);
     MetricsLog::truncate_after(metrics_path(o), s.step);
     result.checkpoint = nn::checkpoint_name(s.step);
   }
@@ -245,6 +175,8 @@ TrainResult Trainer::run() {
        << "\nMFU is against a peak of " << peak_text << "\n"
        << "device: " << device << " | precision: " << precision_banner(o) << "\n";
   if (resume) out_ << "resuming from " << o.run_dir << "/checkpoints/" << result.checkpoint << "\n";
+  if (!optimizer_note.empty())
+    out_ << "optimizer state not restored (it starts from zero): " << optimizer_note << "\n";
   out_ << std::flush;
 
   MetricsLog log(metrics_path(o));
@@ -308,7 +240,8 @@ TrainResult Trainer::run() {
   }
   result.final_step = s.step;
   result.final_loss = last_loss;
-  if (!result.interrupted && o.sample_tokens > 0) print_samples(s, o, out_);
+  if (!result.interrupted && o.sample_tokens > 0)
+    print_samples(s.net(), s.config, *s.tokenizer, o, device, out_);
   return result;
 }
 

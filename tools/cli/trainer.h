@@ -13,6 +13,9 @@
 // holds the master weights (optimizer, checkpoints) and nn::MixedPrecision moves gradients and
 // weights between the two, with fp16's loss scale in the checkpoint. --device cuda puts both
 // on cuda:0 (train_device.h).
+//
+// With a parallel layout (--dp/--tp/--pp above 1), or under mpiexec with more than one
+// process, run() hands over to the parallel loop (parallel_training.h).
 
 #include <atomic>
 #include <cstdint>
