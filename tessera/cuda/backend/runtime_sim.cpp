@@ -1,0 +1,122 @@
+// The runtime over the kernel simulator. Simulated launches run to completion before they
+// return, so every copy is done at once and streams and events only need identities. The pool
+// does not cache: each allocation is a fresh guarded buffer (sim/device_memory.h) that starts
+// as NaN and is freed at once, so a kernel reading memory nobody wrote, or memory already
+// returned, shows up in results instead of reading a stale block; reserved equals used.
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "tessera/core/error.h"
+#include "tessera/cuda/backend/runtime.h"
+#include "tessera/cuda/sim/device_memory.h"
+
+namespace tessera::cuda {
+inline namespace TESSERA_CUDA_ABI {
+
+struct SimEvent {};
+
+namespace runtime {
+namespace {
+
+std::mutex g_mutex;
+std::unordered_map<void*, size_t>& pool_blocks() {
+  static auto* blocks = new std::unordered_map<void*, size_t>();  // outlives static destructors
+  return *blocks;
+}
+int64_t g_pool_bytes = 0;  // guarded by g_mutex
+std::atomic<uintptr_t> g_next_stream{1};
+
+void check_device(int device, const char* call) {
+  TESSERA_CHECK(device == 0, call, ": the simulator has one device (cuda:0), got cuda:", device);
+}
+
+}  // namespace
+
+int device_count() {
+  return 1;
+}
+
+DeviceProperties device_properties(int device) {
+  check_device(device, "device_properties");
+  DeviceProperties p;
+  p.name = "simulated (tessera/cuda/sim)";
+  p.major = 9;
+  p.minor = 0;
+  p.multiprocessors = 1;
+  p.total_memory = 0;
+  p.simulated = true;
+  return p;
+}
+
+void set_device(int device) {
+  check_device(device, "set_device");
+}
+
+void configure_pool(int device) {
+  check_device(device, "configure_pool");
+}
+
+void* malloc_async(size_t bytes, int device, cudaStream_t /*stream*/) {
+  check_device(device, "malloc_async");
+  void* p = sim::device_malloc(bytes, "cuda allocator block");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  pool_blocks().emplace(p, bytes);
+  g_pool_bytes += int64_t(bytes);
+  return p;
+}
+
+void free_async(void* p, cudaStream_t /*stream*/) {
+  if (p == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = pool_blocks().find(p);
+    TESSERA_CHECK(it != pool_blocks().end(), "free_async: ", p,
+                  " is not a live allocation of the simulated device pool");
+    g_pool_bytes -= int64_t(it->second);
+    pool_blocks().erase(it);
+  }
+  sim::device_free(p);
+}
+
+PoolUsage pool_usage(int device) {
+  check_device(device, "pool_usage");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return {g_pool_bytes, g_pool_bytes};
+}
+
+void trim_pool(int device) {
+  check_device(device, "trim_pool");
+}
+
+void memcpy_async(void* dst, const void* src, size_t bytes, CopyKind /*kind*/,
+                  cudaStream_t /*stream*/) {
+  if (bytes > 0) std::memmove(dst, src, bytes);
+}
+
+void memset_async(void* dst, int byte, size_t bytes, cudaStream_t /*stream*/) {
+  if (bytes > 0) std::memset(dst, byte, bytes);
+}
+
+cudaStream_t stream_create() {
+  return reinterpret_cast<cudaStream_t>(g_next_stream.fetch_add(1));
+}
+void stream_destroy(cudaStream_t /*stream*/) {}
+void stream_synchronize(cudaStream_t /*stream*/) {}
+
+Event event_create() {
+  return new SimEvent();
+}
+void event_destroy(Event event) {
+  delete event;
+}
+void event_record(Event /*event*/, cudaStream_t /*stream*/) {}
+void stream_wait_event(cudaStream_t /*stream*/, Event /*event*/) {}
+void event_synchronize(Event /*event*/) {}
+void device_synchronize() {}
+
+}  // namespace runtime
+}  // namespace TESSERA_CUDA_ABI
+}  // namespace tessera::cuda

@@ -1,0 +1,60 @@
+// The CUDA allocator's counters, under the simulated backend (whose pool does not cache:
+// reserved follows used exactly, see backend/runtime_sim.cpp).
+
+#include "tessera/core/allocator.h"
+#include "tessera/cuda/backend/cuda_backend.h"
+#include "tests/cuda/backend_test_util.h"
+
+namespace tessera::cuda::testing {
+namespace {
+
+using BackendAllocator = SimulatedCuda;
+
+TEST_F(BackendAllocator, LivePeakReservedFollowTensors) {
+  Allocator& alloc = allocator_for(Device::cuda());
+  EXPECT_EQ(alloc.device(), Device::cuda());
+  alloc.reset_peak();
+  const AllocatorStats before = alloc.stats();
+  {
+    Tensor a = empty({1000}, DType::f32, Device::cuda());
+    const AllocatorStats one = alloc.stats();
+    EXPECT_EQ(one.live_bytes - before.live_bytes, 4000);
+    EXPECT_EQ(one.num_allocs - before.num_allocs, 1);
+    EXPECT_GE(one.reserved_bytes - before.reserved_bytes, 4000);
+    {
+      Tensor b = empty({10, 7}, DType::bf16, Device::cuda());
+      EXPECT_EQ(alloc.stats().live_bytes - before.live_bytes, 4140);
+    }
+    const AllocatorStats after_b = alloc.stats();
+    EXPECT_EQ(after_b.live_bytes - before.live_bytes, 4000);
+    EXPECT_EQ(after_b.peak_bytes - before.live_bytes, 4140);
+    EXPECT_EQ(after_b.reserved_bytes, one.reserved_bytes);
+  }
+  const AllocatorStats end = alloc.stats();
+  EXPECT_EQ(end.live_bytes, before.live_bytes);
+  EXPECT_EQ(end.reserved_bytes, before.reserved_bytes);
+  EXPECT_EQ(end.peak_bytes, before.live_bytes + 4140);
+  alloc.reset_peak();
+  EXPECT_EQ(alloc.stats().peak_bytes, before.live_bytes);
+}
+
+TEST_F(BackendAllocator, ZeroByteTensorsHaveStorage) {
+  Tensor z = empty({0, 5}, DType::f32, Device::cuda());
+  EXPECT_NE(z.storage()->data(), nullptr);
+  EXPECT_EQ(to_cpu(z).numel(), 0);
+}
+
+TEST_F(BackendAllocator, StreamsAreDistinctAndOrdered) {
+  auto& backend = dynamic_cast<CudaBackend&>(gpu());
+  DeviceContext& context = backend.context();
+  EXPECT_NE(context.compute_stream(), context.comm_stream());
+  // Ordering calls run without error (the simulator executes synchronously).
+  context.comm_waits_for_compute();
+  context.compute_waits_for_comm();
+  backend.synchronize();
+  EXPECT_TRUE(runtime::device_properties(0).simulated);
+  EXPECT_THROW(runtime::device_properties(1), Error);
+}
+
+}  // namespace
+}  // namespace tessera::cuda::testing
