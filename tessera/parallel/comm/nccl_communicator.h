@@ -1,0 +1,82 @@
+#pragma once
+// NCCL communicator for CUDA tensors (the MPI communicator carries CPU tensors).
+//
+// Creation is collective over an MPI communicator: rank 0 makes the NCCL unique id, MPI_Bcast
+// carries it to the others and each calls ncclCommInitRank on the device Device::cuda() tensors
+// live on (call tessera::cuda::init_device(local_rank) first; NCCL allows one rank per GPU).
+// So the processes start under mpiexec or srun like the MPI ones. Sub-groups (the mesh's dp,
+// tp, pp) come from split(), which is ncclCommSplit of the parent: no MPI involved.
+//
+// Ordering: a collective is queued on the backend's communication stream after an event
+// recorded on its compute stream, so it reads what the kernels before it wrote. Its Work
+// records an event after it. wait() in the default stream-ordered mode makes the compute
+// stream wait on that event and returns at once (no host block; the result is ready for every
+// later kernel). In blocking mode wait() polls the event with the communicator's timeout; on
+// timeout it prints the same line as the MPI communicator (rank, group, collective, step),
+// aborts the NCCL communicator and aborts the job. A hang in stream-ordered mode shows in the
+// next host synchronisation instead, which has no timeout: use blocking mode to diagnose one.
+// barrier() always blocks, with the timeout.
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/parallel/comm/communicator.h"
+
+struct ncclComm;  // nccl.h: typedef struct ncclComm* ncclComm_t
+
+namespace tessera::parallel {
+
+enum class NcclWait : uint8_t {
+  stream,    // wait() orders the compute stream after the collective; the host does not block
+  blocking,  // wait() blocks the host until the collective is done, with the timeout
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over `mpi_comm` (MPI must be initialised, see MpiSession); the group's ranks are
+  // the MPI ranks. `name` is used in error and timeout messages.
+  static std::shared_ptr<NcclCommunicator> create(MPI_Comm mpi_comm, const std::string& name,
+                                                  CommOptions options = {},
+                                                  NcclWait wait = NcclWait::stream);
+  ~NcclCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int device() const { return device_; }
+  NcclWait wait_mode() const { return wait_; }
+  // A one-element all-reduce, waited for on the host (with the timeout).
+  void barrier() override;
+  // ncclCommSplit: collective over this group; the child keeps the wait mode and options.
+  std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
+
+ protected:
+  std::shared_ptr<Work> do_all_reduce(const Tensor& x, CommOp op) override;
+  std::shared_ptr<Work> do_reduce_scatter(const Tensor& in, const Tensor& out, CommOp op) override;
+  std::shared_ptr<Work> do_all_gather(const Tensor& in, const Tensor& out) override;
+  std::shared_ptr<Work> do_broadcast(const Tensor& x, int root) override;
+  std::shared_ptr<Work> do_send(const Tensor& x, int dst, int tag) override;
+  std::shared_ptr<Work> do_recv(const Tensor& x, int src, int tag) override;
+
+ private:
+  // Takes ownership of `comm` (ncclCommDestroy when the last user, a Work included, is gone).
+  NcclCommunicator(ncclComm* comm, std::string name, CommOptions options, NcclWait wait,
+                   std::shared_ptr<std::atomic<int64_t>> step);
+
+  // Checks that `tensors` are CUDA tensors NCCL can carry, queues `issue(stream)` on the
+  // communication stream after the compute stream's work so far, and returns the Work that
+  // completes after it. `what` is the call as timeout messages name it.
+  template <class Issue>
+  std::shared_ptr<Work> launch(const char* collective, std::string what,
+                               std::vector<Tensor> tensors, NcclWait wait, Issue&& issue);
+
+  std::shared_ptr<ncclComm> comm_;
+  NcclWait wait_;
+  int rank_ = 0, size_ = 1, device_ = 0;
+  void* compute_stream_ = nullptr;  // cudaStream_t
+  void* comm_stream_ = nullptr;     // cudaStream_t
+};
+
+}  // namespace tessera::parallel
