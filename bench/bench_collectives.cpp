@@ -11,10 +11,9 @@
 //
 // Run under MPI:  mpiexec -n 4 build/bench/bench_collectives
 //
-// Google Benchmark runs in every rank. Its adaptive iteration count would let ranks disagree
-// on how many collectives to issue (and hang), so each size runs a fixed count, computed from
-// the size alone. An iteration's time is the slowest rank's (a collective is done when the
-// last rank is), fed to GB as manual time. Only rank 0 prints.
+// Google Benchmark runs in every rank (bench/mpi_bench.h): each size runs a fixed count,
+// computed from the size alone, and an iteration's time is the slowest rank's. Only rank 0
+// prints.
 //
 // Memory-bound: over MPI's shared-memory transport the ceiling is the machine's copy
 // bandwidth divided by the copies each algorithm makes; with more ranks than cores the ranks
@@ -23,24 +22,18 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <string>
 
 #include "tessera/tessera.h"
 
 #if TESSERA_HAS_MPI
-#include "tessera/parallel/comm/mpi_communicator.h"
+#include "bench/mpi_bench.h"
 
 namespace tessera::bench {
 namespace {
 
 enum class Collective { all_reduce, reduce_scatter, all_gather };
-
-parallel::Communicator& world() {
-  static std::shared_ptr<parallel::Communicator> w = parallel::MpiCommunicator::world();
-  return *w;
-}
 
 double bus_factor(Collective c, int n) {
   return c == Collective::all_reduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
@@ -73,17 +66,7 @@ void run(benchmark::State& state, Collective c) {
     }
   };
   once();  // warm-up: the allocator's cache and MPI's connections
-  Tensor slowest = zeros(Shape{1}, DType::f64);
-  for (auto _ : state) {
-    comm.barrier();
-    auto t0 = std::chrono::steady_clock::now();
-    once();
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ops::fill_(slowest, s);
-    comm.all_reduce(slowest, parallel::CommOp::max);
-    s = slowest.item<double>();
-    state.SetIterationTime(s);
-  }
+  for (auto _ : state) state.SetIterationTime(slowest_seconds(once));
   // Rates over the manual (slowest-rank) time: "busbw=1.2G/s" is 1.2 GB/s.
   const double size = double(count) * 4.0;
   using benchmark::Counter;
@@ -109,31 +92,19 @@ void register_all() {
   }
 }
 
-// Ranks other than 0 run the same benchmarks silently.
-class SilentReporter : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
-
 }  // namespace
 }  // namespace tessera::bench
 
 int main(int argc, char** argv) {
   tessera::parallel::MpiSession session(&argc, &argv);
   tessera::set_num_threads(1);  // one rank per core; the copies are memory-bound
-  benchmark::Initialize(&argc, argv);
+  tessera::bench::initialize(&argc, argv);
   tessera::bench::register_all();
-  if (tessera::bench::world().rank() == 0) {
-    std::printf(
-        "collectives over MPI: %d ranks; algbw = bytes / time, busbw = algbw x 2(n-1)/n "
-        "(all-reduce) or (n-1)/n (reduce-scatter, all-gather)\n",
-        tessera::bench::world().size());
-    benchmark::RunSpecifiedBenchmarks();
-  } else {
-    tessera::bench::SilentReporter silent;
-    benchmark::RunSpecifiedBenchmarks(&silent);
-  }
+  const std::string header =
+      "collectives over MPI: " + std::to_string(tessera::bench::world().size()) +
+      " ranks; algbw = bytes / time, busbw = algbw x 2(n-1)/n (all-reduce) or (n-1)/n "
+      "(reduce-scatter, all-gather)";
+  tessera::bench::run_on_all_ranks(header.c_str());
   benchmark::Shutdown();
   return 0;
 }
