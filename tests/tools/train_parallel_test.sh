@@ -20,7 +20,7 @@ done >"$dir/text/corpus.txt"
 # 4 layers of width 32, 2 heads, no dropout; global batch 4 x 2 (grad_accum) = 8 rows of 16.
 common=(--train-data "$dir/data/data_train_*.bin" --model
         '{"n_layer": 4, "n_head": 2, "n_kv_head": 2, "n_embd": 32, "block_size": 16, "dropout": 0}'
-        --batch-size 4 --seq-len 16 --grad-accum 2 --lr 3e-3 --warmup-steps 1 --schedule constant
+        --batch-size 4 --seq-len 16 --grad-accum 2 --lr 3e-3 --warmup-steps 1 --lr-schedule constant
         --threads 1 --checkpoint-every 2 --keep-checkpoints 0)
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -51,15 +51,15 @@ grep -q '"ranks":\[{"act_bytes"' "$dir/dp2tp2/metrics.jsonl" ||
   fail "metrics.jsonl lacks the per-rank fields"
 
 "$mpiexec" "$np" 4 "$tessera" train "${common[@]}" --max-steps 4 --run-dir "$dir/tp2pp2" --tp 2 --pp 2 \
-  --pipeline-schedule 1f1b --microbatches 2 >"$dir/tp2pp2.log"
+  --schedule 1f1b --microbatches 2 >"$dir/tp2pp2.log"
 compare "tp2 x pp2, 1F1B, 2 micro-batches" "$dir/ref" "$dir/tp2pp2"
 
 # Resume: stop the same layout after step 2, then continue from its checkpoint to step 4 (the
 # constant schedule makes the lr independent of --max-steps).
 "$mpiexec" "$np" 4 "$tessera" train "${common[@]}" --run-dir "$dir/resumed" --tp 2 --pp 2 \
-  --pipeline-schedule 1f1b --microbatches 2 --max-steps 2 >/dev/null
+  --schedule 1f1b --microbatches 2 --max-steps 2 >/dev/null
 "$mpiexec" "$np" 4 "$tessera" train "${common[@]}" --max-steps 4 --run-dir "$dir/resumed" --tp 2 --pp 2 \
-  --pipeline-schedule 1f1b --microbatches 2 >"$dir/resumed.log"
+  --schedule 1f1b --microbatches 2 >"$dir/resumed.log"
 grep -q "resuming from" "$dir/resumed.log" || fail "the second run did not resume"
 grep -q "optimizer state not restored" "$dir/resumed.log" &&
   fail "the same layout did not restore its optimizer state"
@@ -93,5 +93,5 @@ bad_layout() {  # bad_layout <ranks> <expected text> <flags...>
 bad_layout 2 "does not match the 2 ranks" --tp 4
 bad_layout 4 "n_head 2 is not divisible by tp 4" --tp 4
 bad_layout 2 "n_layer 4 is not divisible by pp\*V = 2\*4" --pp 2 --virtual-stages 4 \
-  --pipeline-schedule interleaved --microbatches 2
+  --schedule interleaved --microbatches 2
 echo "train_parallel_test: all passed"

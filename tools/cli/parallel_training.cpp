@@ -47,7 +47,7 @@ parallel::ParallelConfig parallel_config(const TrainOptions& o, const nn::GPTCon
   p.mesh = {int(o.dp), int(o.pp), int(o.tp)};
   p.zero_stage = int(o.zero);
   p.microbatches = int(o.microbatches);
-  p.schedule = parallel::parse_schedule_kind(o.pipeline_schedule);
+  p.schedule = parallel::parse_schedule_kind(o.schedule);
   p.virtual_stages = int(o.virtual_stages);
   p.sequence_parallel = o.sequence_parallel;
   // The step's global batch: what one process consumes over its grad_accum micro-batches.

@@ -36,7 +36,7 @@ const std::map<std::string, std::string>& flag_help() {
       {"lr", "peak learning rate"},
       {"min_lr_ratio", "final lr as a fraction of --lr (cosine, wsd)"},
       {"warmup_steps", "linear warmup steps"},
-      {"schedule", "cosine, wsd or constant (after warmup)"},
+      {"lr_schedule", "cosine, wsd or constant (after warmup)"},
       {"decay_fraction", "wsd: share of steps spent decaying"},
       {"weight_decay", "decoupled weight decay on matrices (none on biases, norms, 1-D)"},
       {"beta1", "AdamW beta1"},
@@ -67,7 +67,7 @@ const std::map<std::string, std::string>& flag_help() {
        "ZeRO stage over the dp group: 0, 1 (optimizer state), 2 (+ gradients), 3 "
        "(+ parameters)"},
       {"microbatches", "pipeline micro-batches per dp rank and step"},
-      {"pipeline_schedule", "gpipe, 1f1b or interleaved (with --virtual-stages > 1)"},
+      {"schedule", "pipeline: gpipe, 1f1b or interleaved (with --virtual-stages > 1)"},
       {"virtual_stages", "model chunks per pipeline rank (interleaved 1F1B)"},
       {"sequence_parallel", "shard the activations outside attention and MLP over tp"},
       {"sample_tokens", "tokens to sample after training (0: none)"},

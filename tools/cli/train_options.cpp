@@ -24,7 +24,7 @@ void for_each_field(Options& o, F&& f) {
   f("lr", o.lr);
   f("min_lr_ratio", o.min_lr_ratio);
   f("warmup_steps", o.warmup_steps);
-  f("schedule", o.schedule);
+  f("lr_schedule", o.lr_schedule_kind);
   f("decay_fraction", o.decay_fraction);
   f("weight_decay", o.weight_decay);
   f("beta1", o.beta1);
@@ -51,7 +51,7 @@ void for_each_field(Options& o, F&& f) {
   f("pp", o.pp);
   f("zero", o.zero);
   f("microbatches", o.microbatches);
-  f("pipeline_schedule", o.pipeline_schedule);
+  f("schedule", o.schedule);
   f("virtual_stages", o.virtual_stages);
   f("sequence_parallel", o.sequence_parallel);
   f("sample_tokens", o.sample_tokens);
@@ -97,9 +97,9 @@ nn::LossScalerOptions TrainOptions::loss_scaler() const {
 
 nn::LRSchedule TrainOptions::lr_schedule() const {
   nn::LRSchedule s;
-  s.kind = schedule == "constant" ? nn::ScheduleKind::constant
-           : schedule == "wsd"    ? nn::ScheduleKind::wsd
-                                  : nn::ScheduleKind::cosine;
+  s.kind = lr_schedule_kind == "constant" ? nn::ScheduleKind::constant
+           : lr_schedule_kind == "wsd"    ? nn::ScheduleKind::wsd
+                                          : nn::ScheduleKind::cosine;
   s.max_lr = lr;
   s.min_lr = lr * min_lr_ratio;
   s.warmup_steps = warmup_steps;
@@ -131,22 +131,22 @@ void TrainOptions::validate() const {
   positive(num_samples, "num-samples");
   TESSERA_CHECK(optimizer == "adamw" || optimizer == "sgd", "train: --optimizer must be adamw or ",
                 "sgd, got '", optimizer, "'");
-  TESSERA_CHECK(schedule == "cosine" || schedule == "wsd" || schedule == "constant",
-                "train: --schedule (the learning-rate schedule) must be cosine, wsd or constant, ",
-                "got '", schedule, "'",
-                schedule == "gpipe" || schedule == "1f1b" || schedule == "interleaved"
-                    ? "; the pipeline schedule is --pipeline-schedule"
-                    : "");
+  TESSERA_CHECK(lr_schedule_kind == "cosine" || lr_schedule_kind == "wsd" ||
+                    lr_schedule_kind == "constant",
+                "train: --lr-schedule must be cosine, wsd or constant, got '", lr_schedule_kind,
+                "'");
   positive(dp, "dp");
   positive(tp, "tp");
   positive(pp, "pp");
   TESSERA_CHECK(zero >= 0 && zero <= 3, "train: --zero must be 0, 1, 2 or 3, got ", zero);
   positive(microbatches, "microbatches");
   positive(virtual_stages, "virtual-stages");
-  TESSERA_CHECK(pipeline_schedule == "gpipe" || pipeline_schedule == "1f1b" ||
-                    pipeline_schedule == "interleaved",
-                "train: --pipeline-schedule must be gpipe, 1f1b or interleaved, got '",
-                pipeline_schedule, "'");
+  TESSERA_CHECK(schedule == "gpipe" || schedule == "1f1b" || schedule == "interleaved",
+                "train: --schedule (the pipeline schedule) must be gpipe, 1f1b or interleaved, got '",
+                schedule, "'",
+                schedule == "cosine" || schedule == "wsd" || schedule == "constant"
+                    ? "; the learning-rate schedule is --lr-schedule"
+                    : "");
   TESSERA_CHECK(resume == "auto" || resume == "never", "train: --resume must be auto or never, ",
                 "got '", resume, "'");
   TESSERA_CHECK(device == "cpu" || device == "cuda", "train: --device must be cpu or cuda, got '",

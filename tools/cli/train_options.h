@@ -37,8 +37,8 @@ struct TrainOptions {
   double lr = 6e-4;
   double min_lr_ratio = 0.1;  // min_lr = lr * min_lr_ratio (cosine, wsd)
   int64_t warmup_steps = 0;
-  std::string schedule = "cosine";  // "cosine", "wsd", "constant"
-  double decay_fraction = 0.2;      // wsd
+  std::string lr_schedule_kind = "cosine";  // "cosine", "wsd", "constant"
+  double decay_fraction = 0.2;              // wsd
   double weight_decay = 0.1;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double momentum = 0.9;   // sgd
@@ -67,7 +67,7 @@ struct TrainOptions {
   int64_t dp = 1, tp = 1, pp = 1;
   int64_t zero = 0;                        // ZeRO stage over the dp group, 0..3
   int64_t microbatches = 1;                // M: pipeline micro-batches per dp rank and step
-  std::string pipeline_schedule = "1f1b";  // "gpipe", "1f1b" or "interleaved" (pp > 1)
+  std::string schedule = "1f1b";           // pipeline: "gpipe", "1f1b" or "interleaved" (pp > 1)
   int64_t virtual_stages = 1;              // V: model chunks per pipeline rank (interleaved)
   bool sequence_parallel = false;          // under tp > 1
 
