@@ -1,15 +1,13 @@
 #include "tessera/parallel/comm/mpi_communicator.h"
 
-#include <time.h>
-
 #include <chrono>
-#include <cstdio>
 #include <functional>
 
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/elementwise.h"
 #include "tessera/core/ops/movement.h"
+#include "tessera/parallel/comm/poll_until_done.h"
 
 namespace tessera::parallel {
 
@@ -88,24 +86,8 @@ class MpiWork final : public Work {
   }
 
   void wait() override {
-    int spins = 0;
-    long sleep_ns = 1000;
-    while (!test()) {
-      if (++spins < 64) continue;
-      double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-      if (waited > timeout_) {
-        std::fprintf(stderr, "tessera: collective timed out after %.0f s: %s; aborting the job\n",
-                     waited, describe_().c_str());
-        std::fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 124);
-      }
-      struct timespec ts {
-        0, sleep_ns
-      };
-      nanosleep(&ts, nullptr);
-      sleep_ns = std::min(sleep_ns * 2, 100000L);
-    }
+    poll_until_done([this] { return test(); }, timeout_, start_, describe_,
+                            [] { MPI_Abort(MPI_COMM_WORLD, 124); });
   }
 
  private:

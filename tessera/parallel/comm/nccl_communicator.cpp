@@ -2,15 +2,14 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
-#include <time.h>
 
 #include <chrono>
-#include <cstdio>
 
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/cuda/backend/cuda_check.h"
 #include "tessera/cuda/cuda.h"
+#include "tessera/parallel/comm/poll_until_done.h"
 
 // TESSERA_NCCL_CHECK(call): runs an NCCL call and throws tessera::Error naming the call, NCCL's
 // error string and last message, and the file and line.
@@ -101,30 +100,19 @@ class NcclWork final : public Work {
   // Polls the event (a short spin, then sleeps backing off to 100 us, as the MPI communicator
   // does) until it completes, NCCL reports an asynchronous error, or the timeout aborts the job.
   void block() {
-    int spins = 0;
-    long sleep_ns = 1000;
-    while (!test()) {
+    auto done = [this] {
+      if (test()) return true;
       ncclResult_t async = ncclSuccess;
       TESSERA_NCCL_CHECK(ncclCommGetAsyncError(comm_.get(), &async));
       TESSERA_CHECK(async == ncclSuccess || async == ncclInProgress, what_,
                     ": NCCL failed: ", ncclGetErrorString(async), " (",
                     ncclGetLastError(comm_.get()), ")");
-      if (++spins < 64) continue;
-      const double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-      if (waited > timeout_) {
-        std::fprintf(stderr, "tessera: collective timed out after %.0f s: %s; aborting the job\n",
-                     waited, what_.c_str());
-        std::fflush(stderr);
-        ncclCommAbort(comm_.get());
-        MPI_Abort(MPI_COMM_WORLD, 124);
-      }
-      struct timespec ts {
-        0, sleep_ns
-      };
-      nanosleep(&ts, nullptr);
-      sleep_ns = std::min(sleep_ns * 2, 100000L);
-    }
+      return false;
+    };
+    poll_until_done(done, timeout_, start_, [this] { return what_; }, [this] {
+      ncclCommAbort(comm_.get());
+      MPI_Abort(MPI_COMM_WORLD, 124);
+    });
   }
 
  private:
