@@ -43,6 +43,9 @@ struct DeviceStreams {
   void* comm = nullptr;
 };
 DeviceStreams device_streams();
+// Whether Device::cuda() is served by the simulated backend: the program called
+// use_simulated_device() after this backend registered itself. Never opens the device.
+bool device_is_simulated();
 
 // ---- tessera::cuda_simulated ----
 // Registers the simulated backend for DeviceType::cuda (one device, cuda:0). Idempotent.

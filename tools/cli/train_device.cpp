@@ -20,6 +20,8 @@ Device open_train_device(const std::string& name) {
   if (name == "cpu") return Device::cpu();
   TESSERA_CHECK(name == "cuda", "train: --device must be cpu or cuda, got '", name, "'");
 #if defined(TESSERA_HAS_CUDA)
+  // A program (a test) that registered the simulator over the GPU backend trains on it.
+  if (cuda::device_is_simulated()) return Device::cuda(0);
   if (cuda::device_count() == 0) unavailable("no GPU found");
   cuda::init_device(0);
 #else

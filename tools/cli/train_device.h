@@ -3,7 +3,8 @@
 //
 // cpu always exists. cuda means cuda:0 of the CUDA backend (tessera/cuda/cuda.h). In a build
 // with the GPU backend (TESSERA_HAS_CUDA) it is opened here, and a machine without a GPU is
-// refused. In a build without it, cuda works only where the program registered a backend for
+// refused, unless the program registered the simulator over it (use_simulated_device(), in
+// tests). In a build without it, cuda works only where the program registered a backend for
 // the device type itself (tessera::cuda::use_simulated_device(), in tests); otherwise it is
 // refused. No CUDA header is needed to compile the CLI either way.
 

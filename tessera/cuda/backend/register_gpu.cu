@@ -46,4 +46,8 @@ DeviceStreams device_streams() {
   return {context.index(), context.compute_stream(), context.comm_stream()};
 }
 
+bool device_is_simulated() {
+  return dynamic_cast<CudaBackend*>(&backend_for(Device::cuda())) == nullptr;
+}
+
 }  // namespace tessera::cuda
