@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "tessera/core/adamw_coefficients.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/parallel.h"
 
@@ -14,14 +15,6 @@ namespace {
 
 // Elements per task: 4 arrays x 16 KiB, so a task's working set stays in L2.
 constexpr int64_t kAdamChunk = 1 << 12;
-
-struct AdamCoefficients {
-  float decay;  // 1 - lr * weight_decay
-  float b1, one_minus_b1, b2, one_minus_b2;
-  float step_size;  // lr / (1 - beta1^t)
-  float sqrt_bc2;   // sqrt(1 - beta2^t)
-  float eps, grad_scale;
-};
 
 // The inner loop: restrict pointers and no branches, so the compiler vectorises it.
 void adamw_span(float* __restrict p, const float* __restrict g, float* __restrict m,
@@ -44,21 +37,7 @@ void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tenso
                             const Tensor& v, const AdamWArgs& args) {
   TESSERA_ASSERT(param.is_contiguous() && grad.is_contiguous() && m.is_contiguous() &&
                  v.is_contiguous());
-  // Bias corrections in double: beta2^t for t in the hundreds of thousands underflows
-  // gracefully to 0 there, and 1 - beta^t keeps its digits for small t.
-  const double t = double(args.step);
-  const double bc1 = 1.0 - std::pow(double(args.beta1), t);
-  const double bc2 = 1.0 - std::pow(double(args.beta2), t);
-  AdamCoefficients c;
-  c.decay = float(1.0 - double(args.lr) * double(args.weight_decay));
-  c.b1 = args.beta1;
-  c.one_minus_b1 = float(1.0 - double(args.beta1));
-  c.b2 = args.beta2;
-  c.one_minus_b2 = float(1.0 - double(args.beta2));
-  c.step_size = float(double(args.lr) / bc1);
-  c.sqrt_bc2 = float(std::sqrt(bc2));
-  c.eps = args.eps;
-  c.grad_scale = args.grad_scale;
+  const AdamCoefficients c = adamw_coefficients(args);
 
   float* p = param.data<float>("adamw");
   const float* g = grad.data<float>("adamw");

@@ -3,8 +3,8 @@
 // A grid-stride loop over 16-byte vectors (4 floats of each array) when all four arrays are
 // 16-byte aligned, then a scalar loop over the rest.
 //
-// Same formula and rounding order as the CPU backend (coefficients from the same host code, with
-// the bias corrections in double). Results agree to about one rounding per operation, not bit
+// Same formula and rounding order as the CPU backend (coefficients from the same host code,
+// core/adamw_coefficients.h). Results agree to about one rounding per operation, not bit
 // for bit: either compiler may contract a * b + c into an FMA (GCC does so in the CPU loop, as
 // C++ allows by default; nvcc does here).
 
@@ -12,6 +12,7 @@
 
 #include <cmath>
 
+#include "tessera/core/adamw_coefficients.h"
 #include "tessera/cuda/kernels/vector_io.h"
 
 namespace tessera::cuda {
@@ -19,14 +20,6 @@ inline namespace TESSERA_CUDA_ABI {
 namespace {
 
 constexpr int kThreads = 256;
-
-struct AdamCoefficients {
-  float decay;  // 1 - lr * weight_decay
-  float b1, one_minus_b1, b2, one_minus_b2;
-  float step_size;  // lr / (1 - beta1^t)
-  float sqrt_bc2;   // sqrt(1 - beta2^t)
-  float eps, grad_scale;
-};
 
 __device__ __forceinline__ void update(float& p, float g, float& m, float& v,
                                        const AdamCoefficients& c) {
@@ -73,20 +66,7 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
                   " must be contiguous f32 tensors of one size");
   const int64_t n = param.numel();
   if (n == 0) return;
-  // Bias corrections in double, exactly as the CPU backend forms them.
-  const double t = double(args.step);
-  const double bc1 = 1.0 - std::pow(double(args.beta1), t);
-  const double bc2 = 1.0 - std::pow(double(args.beta2), t);
-  AdamCoefficients c;
-  c.decay = float(1.0 - double(args.lr) * double(args.weight_decay));
-  c.b1 = args.beta1;
-  c.one_minus_b1 = float(1.0 - double(args.beta1));
-  c.b2 = args.beta2;
-  c.one_minus_b2 = float(1.0 - double(args.beta2));
-  c.step_size = float(double(args.lr) / bc1);
-  c.sqrt_bc2 = float(std::sqrt(bc2));
-  c.eps = args.eps;
-  c.grad_scale = args.grad_scale;
+  const AdamCoefficients c = adamw_coefficients(args);
 
   float* pp = static_cast<float*>(param.data_ptr());
   const float* gp = static_cast<const float*>(grad.data_ptr());
