@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "tessera/cuda/kernels/reduce.h"
+#include "tessera/cuda/kernels/squared_norm.h"
 #include "tests/cuda/mirror_tensor.h"
 #include "tests/cuda/sim_test_util.h"
 

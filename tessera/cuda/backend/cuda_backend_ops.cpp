@@ -12,6 +12,7 @@
 #include "tessera/cuda/kernels/reduce.h"
 #include "tessera/cuda/kernels/rope.h"
 #include "tessera/cuda/kernels/softmax.h"
+#include "tessera/cuda/kernels/squared_norm.h"
 
 namespace tessera::cuda {
 inline namespace TESSERA_CUDA_ABI {

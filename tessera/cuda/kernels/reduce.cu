@@ -1,5 +1,6 @@
-// Reductions over [outer, r, inner], max's backward and the global squared norm. All are
-// memory-bound (one read of x); the work is in keeping every SM busy and loads coalesced.
+// Reductions over [outer, r, inner] and max's backward (the global squared norm is in
+// squared_norm.cu). All are memory-bound (one read of x); the work is in keeping every SM busy
+// and the loads coalesced.
 //
 //   inner == 1, many rows:   one warp per row (r <= kWarpRowMax) or one block per row, lanes
 //                            striding the row (coalesced), then shuffles.
@@ -8,8 +9,6 @@
 //                            row combines the partials in chunk order.
 //   inner > 1:               block (32, 8): x over inner (coalesced), y interleaves r; the 8
 //                            partials meet in shared memory and are combined in y order.
-//   squared_norm:            per tensor, blocks over 16-byte vectors accumulate squares in f64
-//                            into per-block partials; one block sums all partials in order.
 // Every tree is fixed by the shapes alone, so results are bit-identical from run to run (no
 // float atomics). max keeps the first maximal index; a NaN beats everything at its first
 // position, as on the CPU.
@@ -32,8 +31,6 @@ constexpr int64_t kSplitMinR = 16384;  // rows at least this long may be split a
 constexpr int64_t kSplitChunk = 8192;  // elements per split chunk (a function of r only)
 constexpr int64_t kMaxSplits = 1024;
 constexpr int kInnerY = 8;                   // r-interleave of the inner > 1 kernel
-constexpr int64_t kNormVecsPerBlock = 2048;  // squared_norm: 16-byte vectors per block
-constexpr int64_t kNormMaxBlocks = 1024;
 
 // A running reduction: sum, or (max, first argmax).
 template <ReduceOp kOp, class A>
@@ -225,42 +222,6 @@ __global__ void max_backward_kernel(const int64_t* __restrict__ indices, const T
   }
 }
 
-// ---- squared norm ----
-template <class T>
-__global__ void squares_kernel(const T* __restrict__ x, int64_t n, bool vec,
-                               double* __restrict__ partials) {
-  TESSERA_SHARED(double, scratch, 32);
-  constexpr int W = kVecWidth<T>;
-  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  double acc = 0.0;
-  int64_t scalar_from = 0;
-  if (vec) {
-    const int64_t n_vec = n / W;
-    for (int64_t v = tid; v < n_vec; v += stride) {
-      acc_t<T> a[W];
-      load_vec(x + v * W, a);
-      for (int j = 0; j < W; ++j) acc += double(a[j]) * double(a[j]);
-    }
-    scalar_from = n_vec * W;
-  }
-  for (int64_t e = scalar_from + tid; e < n; e += stride) {
-    const double a = double(load_acc(x + e));
-    acc += a * a;
-  }
-  const double total = block_sum(acc, scratch);
-  if (threadIdx.x == 0) partials[blockIdx.x] = total;
-}
-
-__global__ void sum_partials_kernel(const double* __restrict__ partials, int64_t count,
-                                    float* __restrict__ out) {
-  TESSERA_SHARED(double, scratch, 32);
-  double acc = 0.0;
-  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) acc += partials[k];
-  const double total = block_sum(acc, scratch);
-  if (threadIdx.x == 0) *out = float(total);
-}
-
 // ---- host side ----
 template <class F>
 void dispatch_reduce(ReduceOp op, F&& f) {
@@ -374,45 +335,6 @@ void max_backward(const Tensor& indices, const Tensor& gy, const Tensor& gx, cud
       }
     }
   });
-}
-
-void squared_norm(const std::vector<Tensor>& xs, const Tensor& out, cudaStream_t stream) {
-  TESSERA_CHECK(out.dtype() == DType::f32 && out.numel() == 1,
-                "cuda squared_norm: out must be "
-                "an f32 scalar, got ",
-                out.describe());
-  // Blocks per tensor: a function of its size only, so the partition (hence the bits) is fixed.
-  std::vector<int64_t> blocks(xs.size());
-  int64_t total_blocks = 0;
-  for (size_t t = 0; t < xs.size(); ++t) {
-    const Tensor& x = xs[t];
-    TESSERA_CHECK(x.is_contiguous() && is_floating(x.dtype()), "cuda squared_norm: tensor ", t,
-                  " must be contiguous and floating, got ", x.describe());
-    const int64_t vecs = (x.numel() + kVecWidth<float> - 1) / kVecWidth<float>;
-    blocks[t] = x.numel() == 0
-                    ? 0
-                    : std::clamp<int64_t>((vecs + kNormVecsPerBlock - 1) / kNormVecsPerBlock, 1,
-                                          kNormMaxBlocks);
-    total_blocks += blocks[t];
-  }
-  DeviceScratch<double> partials(size_t(total_blocks), stream, "squared_norm");
-  int64_t at = 0;
-  for (size_t t = 0; t < xs.size(); ++t) {
-    if (blocks[t] == 0) continue;
-    dispatch_device(xs[t].dtype(), [&](auto* tag) {
-      using T = std::remove_pointer_t<decltype(tag)>;
-      if constexpr (!std::is_integral_v<T>) {
-        const T* xp = typed<const T>(xs[t], "squared_norm");
-        launch(squares_kernel<T>,
-               LaunchConfig{dim3(unsigned(blocks[t])), dim3(kThreads), 0, stream, "squared_norm"},
-               xp, xs[t].numel(), is_aligned16(xp), partials.data() + at);
-      }
-    });
-    at += blocks[t];
-  }
-  launch(sum_partials_kernel,
-         LaunchConfig{dim3(1), dim3(kThreads), 0, stream, "squared_norm_total"}, partials.data(),
-         total_blocks, typed<float>(out, "squared_norm"));
 }
 
 }  // namespace TESSERA_CUDA_ABI

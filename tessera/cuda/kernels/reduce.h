@@ -1,9 +1,7 @@
 #pragma once
-// Reduction launchers: the CUDA side of Backend::reduce, max_backward and squared_norm
+// Reduction launchers: the CUDA side of Backend::reduce and max_backward
 // (tessera/core/backend.h). x is contiguous [outer, r, inner]; out and indices (i64, max only)
 // are [outer, inner]. Every result is deterministic: fixed reduction trees, no float atomics.
-
-#include <vector>
 
 #include "tessera/core/backend.h"
 #include "tessera/core/tensor.h"
@@ -19,9 +17,6 @@ void reduce(ReduceOp op, const Tensor& x, const Tensor& out, const Tensor& indic
 // gx [outer, r, inner] = gy[o, i] where k == indices[o, i], zero elsewhere (every element of gx
 // is written).
 void max_backward(const Tensor& indices, const Tensor& gy, const Tensor& gx, cudaStream_t stream);
-// out (f32 0-d) = sum over xs (contiguous, floating) of sum(x^2), accumulated in f64 with a
-// partition that depends only on the sizes.
-void squared_norm(const std::vector<Tensor>& xs, const Tensor& out, cudaStream_t stream);
 
 }  // namespace TESSERA_CUDA_ABI
 }  // namespace tessera::cuda
