@@ -37,6 +37,7 @@
 #include "tessera/autograd/functions/dropout.h"
 #include "tessera/autograd/functions/elementwise.h"
 #include "tessera/autograd/functions/embedding.h"
+#include "tessera/autograd/functions/linear_gelu.h"
 #include "tessera/autograd/functions/loss.h"
 #include "tessera/autograd/functions/matmul.h"
 #include "tessera/autograd/functions/movement.h"

@@ -75,6 +75,10 @@ void Backend::matmul(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                      const MatmulArgs&) {
   not_implemented("matmul");
 }
+void Backend::matmul_gelu(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                          const MatmulArgs&) {
+  not_implemented("matmul_gelu");
+}
 void Backend::layernorm_forward(const Tensor&, const Tensor&, const Tensor&, double, const Tensor&,
                                 const Tensor&, const Tensor&) {
   not_implemented("layernorm");

@@ -84,9 +84,17 @@ class Backend {
 
   // ---- matmul: a [batch, M, K] (or [batch, K, M] with trans_a), b likewise, out [batch, M, N]
   // contiguous. a and b have unit stride in one of their last two dims; a batch stride of 0
-  // broadcasts. bias, if defined, is contiguous [N] and added to every row. ----
+  // broadcasts. bias, if defined, is contiguous [N] and added to every row. One dtype for all:
+  // f32 or f64 on the CPU; also bf16 and f16 (accumulating in f32) on other devices. ----
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
                       const MatmulArgs& args);
+  // The GELU epilogue: pre = op(a) op(b) (+ bias) and out = gelu(pre) (the tanh form of
+  // UnaryOp::gelu), in the GEMM's output pass where the backend can. pre is the pre-activation
+  // the backward pass needs. Operands as matmul; pre and out are contiguous [batch, M, N] of
+  // one dtype; args.alpha = 1 and args.beta = 0. In f32 and f64 out equals unary(gelu, pre);
+  // in a 16-bit dtype the device may apply GELU to the unrounded accumulator (cuBLASLt does).
+  virtual void matmul_gelu(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& pre,
+                           const Tensor& out, const MatmulArgs& args);
 
   // ---- normalization over the last dim of contiguous [rows, n]; weight, bias, gw, gb are
   // [n] in x's dtype; mean and rstd are [rows] in f32 (f64 when x is f64) ----

@@ -136,7 +136,7 @@ Tensor MLP::forward(const Tensor& x, bool sequence_sharded) const {
   TESSERA_CHECK(!sequence_sharded || tp_ != nullptr,
                 "MLP: sequence_sharded needs tensor parallelism");
   const Tensor in = tp_ ? tp_->enter_region(x, sequence_sharded) : x;
-  Tensor h = kind_ == MlpKind::gelu ? gelu(c_fc_->forward(in))
+  Tensor h = kind_ == MlpKind::gelu ? c_fc_->forward_gelu(in)
                                     : silu(w_gate_->forward(in)) * w_up_->forward(in);
   Tensor out = tp_ ? c_proj_->forward(h, sequence_sharded) : c_proj_->forward(h);
   return apply_dropout(*dropout_, out, sequence_sharded, tp_.get());

@@ -7,6 +7,7 @@
 #include "tessera/autograd/functions/dropout.h"
 #include "tessera/autograd/functions/elementwise.h"
 #include "tessera/autograd/functions/embedding.h"
+#include "tessera/autograd/functions/linear_gelu.h"
 #include "tessera/autograd/functions/matmul.h"
 #include "tessera/autograd/functions/movement.h"
 #include "tessera/autograd/functions/norm.h"
@@ -59,6 +60,11 @@ Tensor Linear::forward(const Tensor& x, bool sequence_sharded) const {
   if (!bias_.defined()) return y;
   // Under sequence parallelism each rank adds the bias to its shard only: sum the gradients.
   return y + (sequence_sharded ? tp_->copy_to_region(bias_) : bias_);
+}
+
+Tensor Linear::forward_gelu(const Tensor& x) const {
+  if (shard_ == ShardKind::cols) return gelu(forward(x, false));
+  return linear_gelu(x, weight_, bias_);
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, const InitSpec& init, int64_t num_real,

@@ -39,6 +39,10 @@ class Linear : public Module {
   // Row-parallel only: sequence_sharded reduce-scatters the output along dim 1 (sequence
   // parallelism) instead of all-reducing it.
   Tensor forward(const Tensor& x, bool sequence_sharded) const;
+  // gelu(forward(x)) with the GELU in the GEMM's epilogue (linear_gelu), bit-identical to the
+  // two ops on the CPU. A column-parallel layer applies it to its own output slice; a
+  // row-parallel one runs the two ops, since its GELU must follow the reduction.
+  Tensor forward_gelu(const Tensor& x) const;
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }  // undefined without bias
 

@@ -38,6 +38,8 @@ class CpuBackend final : public Backend {
   // cpu_matmul.cpp
   void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
               const MatmulArgs& args) override;
+  void matmul_gelu(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& pre,
+                   const Tensor& out, const MatmulArgs& args) override;
   // cpu_norm.cpp
   void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                          const Tensor& y, const Tensor& mean, const Tensor& rstd) override;

@@ -7,6 +7,12 @@
 // a flag flips the storage order of the map. The bias initialises the output rows, in the pass
 // that would otherwise zero them before accumulation.
 //
+// The GELU epilogue (matmul_gelu) runs on each finished piece while it is still in cache: the
+// piece is the pre-activation, and the epilogue is the backend's own unary GELU applied to it,
+// so a fused result is bit-identical to matmul followed by gelu. That rests on the element-wise
+// GELU giving an element the same bits wherever a vector split puts it, which the plain op
+// rests on too (its split follows the thread count); tests/ops/matmul_gelu_test.cpp checks it.
+//
 // Threads: every GEMM runs on Eigen's single-threaded path, and Tessera splits the work into
 // tasks itself: the batch, and within each product the larger of M and N into pieces of about
 // kPieceWidth rows or columns (each piece repacks the other operand, a small cost at that
@@ -21,6 +27,7 @@
 #include <omp.h>
 
 #include <Eigen/Core>
+#include <functional>
 
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/parallel.h"
@@ -96,9 +103,13 @@ struct Split {
   }
 };
 
+// Runs on each finished piece of the output: product i, rows [m0, m1), columns [n0, n1).
+using PieceEpilogue =
+    std::function<void(int64_t i, int64_t m0, int64_t m1, int64_t n0, int64_t n1)>;
+
 template <class T, int OrderA, int OrderB>
 void gemm_batch(const Operand& a, const Operand& b, const T* bias, T* out, const Dims& d,
-                const MatmulArgs& args) {
+                const MatmulArgs& args, const PieceEpilogue* epilogue) {
   const T alpha = T(args.alpha), beta = T(args.beta);
   const Split split(d);
   // Task t: product t / pieces, piece t % pieces.
@@ -115,16 +126,17 @@ void gemm_batch(const Operand& a, const Operand& b, const T* bias, T* out, const
     OutMap<T> om(out + i * d.m * d.n + m0 * d.n + n0, rows, cols, Eigen::OuterStride<>(d.n));
     if (beta == T(0) && bias == nullptr) {
       om.noalias() = alpha * am * bm;
-      return;
-    }
-    using Row = Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>;
-    if (beta == T(0)) {
-      om.rowwise() = Row(bias + n0, cols);
     } else {
-      if (beta != T(1)) om *= beta;
-      if (bias != nullptr) om.rowwise() += Row(bias + n0, cols);
+      using Row = Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>;
+      if (beta == T(0)) {
+        om.rowwise() = Row(bias + n0, cols);
+      } else {
+        if (beta != T(1)) om *= beta;
+        if (bias != nullptr) om.rowwise() += Row(bias + n0, cols);
+      }
+      om.noalias() += alpha * am * bm;
     }
-    om.noalias() += alpha * am * bm;
+    if (epilogue != nullptr) (*epilogue)(i, m0, m1, n0, n1);
   };
   const int64_t tasks = d.batch * split.pieces;
   if (d.batch * d.m * d.n * d.k >= kMinParallelWork && num_threads() > 1 && !omp_in_parallel()) {
@@ -138,36 +150,58 @@ void gemm_batch(const Operand& a, const Operand& b, const T* bias, T* out, const
 
 template <class T>
 void gemm_dispatch(const Operand& a, const Operand& b, const T* bias, T* out, const Dims& d,
-                   const MatmulArgs& args) {
+                   const MatmulArgs& args, const PieceEpilogue* epilogue) {
   constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;
   if (a.row_major) {
-    if (b.row_major) return gemm_batch<T, R, R>(a, b, bias, out, d, args);
-    return gemm_batch<T, R, C>(a, b, bias, out, d, args);
+    if (b.row_major) return gemm_batch<T, R, R>(a, b, bias, out, d, args, epilogue);
+    return gemm_batch<T, R, C>(a, b, bias, out, d, args, epilogue);
   }
-  if (b.row_major) return gemm_batch<T, C, R>(a, b, bias, out, d, args);
-  gemm_batch<T, C, C>(a, b, bias, out, d, args);
+  if (b.row_major) return gemm_batch<T, C, R>(a, b, bias, out, d, args, epilogue);
+  gemm_batch<T, C, C>(a, b, bias, out, d, args, epilogue);
 }
 
-}  // namespace
-
-void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
-                        const MatmulArgs& args) {
-  const char* name = "matmul";
-  TESSERA_ASSERT(a.dtype() == out.dtype() && b.dtype() == out.dtype(), "matmul operands ",
+void gemm(const char* name, const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
+          const MatmulArgs& args, const PieceEpilogue* epilogue) {
+  TESSERA_ASSERT(a.dtype() == out.dtype() && b.dtype() == out.dtype(), name, " operands ",
                  a.describe(), " and ", b.describe(), " differ in dtype from out ", out.describe());
   Dims d{out.size(0), out.size(1), out.size(2), args.trans_a ? a.size(1) : a.size(2)};
   Operand oa = operand(a, args.trans_a, name), ob = operand(b, args.trans_b, name);
   switch (out.dtype()) {
     case DType::f32:
       return gemm_dispatch<float>(oa, ob, bias.defined() ? bias.data<float>(name) : nullptr,
-                                  out.data<float>(name), d, args);
+                                  out.data<float>(name), d, args, epilogue);
     case DType::f64:
       return gemm_dispatch<double>(oa, ob, bias.defined() ? bias.data<double>(name) : nullptr,
-                                   out.data<double>(name), d, args);
+                                   out.data<double>(name), d, args, epilogue);
     default:
       detail::throw_error(name, ": the CPU GEMM computes in f32 or f64, got ", out.describe(),
                           " (the front end converts 16-bit operands to f32)");
   }
+}
+
+}  // namespace
+
+void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
+                        const MatmulArgs& args) {
+  gemm("matmul", a, b, bias, out, args, nullptr);
+}
+
+void CpuBackend::matmul_gelu(const Tensor& a, const Tensor& b, const Tensor& bias,
+                             const Tensor& pre, const Tensor& out, const MatmulArgs& args) {
+  TESSERA_ASSERT(pre.dtype() == out.dtype() && pre.shape() == out.shape() && pre.is_contiguous() &&
+                     out.is_contiguous() && args.beta == 0.0f,
+                 "matmul_gelu: pre ", pre.describe(), " and out ", out.describe(),
+                 " must be contiguous of one shape and dtype, with beta = 0");
+  const int64_t m = out.size(1), n = out.size(2);
+  // Each piece's rows as [rows, cols] views with row stride n, through the element-wise GELU.
+  const PieceEpilogue gelu = [&](int64_t i, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    const Shape shape{m1 - m0, n1 - n0};
+    const Strides strides{n, 1};
+    const int64_t offset = i * m * n + m0 * n + n0;
+    unary(UnaryOp::gelu, Tensor(pre.storage(), shape, strides, pre.offset() + offset, pre.dtype()),
+          Tensor(out.storage(), shape, strides, out.offset() + offset, out.dtype()), 0.0);
+  };
+  gemm("matmul_gelu", a, b, bias, pre, args, &gelu);
 }
 
 }  // namespace tessera

@@ -7,7 +7,8 @@
 //  - otherwise batch dims that fold into one stride (for a, b and out alike) become the
 //    backend's batch, with stride 0 where an operand broadcasts; any outer batch dims that do
 //    not fold are looped over here, one backend call each;
-//  - an operand is copied only to convert a 16-bit dtype to f32, or when neither of its last
+//  - an operand is copied only to convert a 16-bit dtype to f32 for the CPU's GEMM (a device's
+//    GEMM takes bf16 and f16 as they are, accumulating in f32), or when neither of its last
 //    two dims has unit stride.
 
 #include "tessera/core/ops/matmul.h"
@@ -76,7 +77,7 @@ struct Problem {
   Shape batch;         // broadcast batch shape
   Shape result_shape;  // batch + [M, N]
   DType dtype;         // of the result
-  DType work_dtype;    // the GEMM's: f32 or f64
+  DType work_dtype;    // the GEMM's: f32 or f64 on the CPU, the result's dtype on a device
   MatmulArgs args;     // transpose flags, alpha and beta
 };
 
@@ -89,9 +90,22 @@ Tensor batched_view(const Tensor& t, int64_t count, int64_t batch_stride, int64_
                 t.offset() + offset, t.dtype());
 }
 
-// Runs the plan against out (contiguous, compute dtype, shape batch + [m, n]).
-void run_plan(const Problem& p, const Tensor& out) {
+// Runs the plan against out (contiguous, compute dtype, shape batch + [m, n]). With gelu_out
+// (laid out like out) the backend's GELU epilogue runs too: out receives the pre-activation
+// and gelu_out its GELU.
+void run_plan(const Problem& p, const Tensor& out, const Tensor& gelu_out = Tensor()) {
   Backend& be = backend(out);
+  // One backend call on the [count, m, n] block of the outputs at element `offset`.
+  auto call = [&](const Tensor& a, const Tensor& b, int64_t count, int64_t m, int64_t offset) {
+    const Shape shape{count, m, p.n};
+    const Strides strides{m * p.n, p.n, 1};
+    Tensor o(out.storage(), shape, strides, out.offset() + offset, out.dtype());
+    if (!gelu_out.defined()) return be.matmul(a, b, p.bias, o, p.args);
+    be.matmul_gelu(
+        a, b, p.bias, o,
+        Tensor(gelu_out.storage(), shape, strides, gelu_out.offset() + offset, gelu_out.dtype()),
+        p.args);
+  };
   const Tensor &a = p.a, &b = p.b;
   const int64_t ar = a.size(-2), ac = a.size(-1), br = b.size(-2), bc = b.size(-1);
   Shape sizes;  // the batch dims of size > 1
@@ -114,9 +128,7 @@ void run_plan(const Problem& p, const Tensor& out) {
     if (row_stride && (rows <= 1 || *row_stride >= std::max<int64_t>(ac, 1))) {
       Tensor a2 = batched_view(a, 1, 0, rows, ac, *row_stride, a.stride(-1), 0);
       Tensor b2 = batched_view(b, 1, 0, br, bc, b.stride(-2), b.stride(-1), 0);
-      Tensor o2(out.storage(), Shape{1, rows, p.n}, Strides{rows * p.n, p.n, 1}, out.offset(),
-                out.dtype());
-      be.matmul(a2, b2, p.bias, o2, p.args);
+      call(a2, b2, 1, rows, 0);
       return;
     }
   }
@@ -140,14 +152,16 @@ void run_plan(const Problem& p, const Tensor& out) {
     }
     Tensor a3 = batched_view(a, inner, stride_a, ar, ac, a.stride(-2), a.stride(-1), off_a);
     Tensor b3 = batched_view(b, inner, stride_b, br, bc, b.stride(-2), b.stride(-1), off_b);
-    Tensor o3(out.storage(), Shape{inner, p.m, p.n}, Strides{mn, p.n, 1},
-              out.offset() + o * inner * mn, out.dtype());
-    be.matmul(a3, b3, p.bias, o3, p.args);
+    call(a3, b3, inner, p.m, o * inner * mn);
   }
 }
 
-// The dtype the GEMM runs in: f32 and f64 natively, the 16-bit types in f32.
-DType work_dtype(DType dtype) {
+// The dtype the GEMM's operands and output have. The CPU's GEMM (Eigen) computes in f32 or
+// f64, so 16-bit operands become f32 there; a device's GEMM (cuBLASLt, the simulator's SIMT
+// kernel) reads bf16 and f16 as they are and accumulates in f32, which gives the same products
+// without the conversions.
+DType work_dtype(DType dtype, Device device) {
+  if (device.type != DeviceType::cpu) return dtype;
   return dtype == DType::f64 ? DType::f64 : DType::f32;
 }
 
@@ -179,7 +193,7 @@ Problem plan(const char* op, const Tensor& a, const Tensor& b, bool trans_a, boo
   p.dtype = promote_types(a.dtype(), b.dtype());
   if (bias.defined()) p.dtype = promote_types(p.dtype, bias.dtype());
   if (out.defined()) p.dtype = promote_types(p.dtype, out.dtype());
-  p.work_dtype = work_dtype(p.dtype);
+  p.work_dtype = work_dtype(p.dtype, a.device());
   p.args.trans_a = trans_a;
   p.args.trans_b = trans_b;
   p.m = trans_a ? a.size(-1) : a.size(-2);
@@ -245,6 +259,21 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, cons
     }
   }
   return cast(out, p.dtype);
+}
+
+MatmulGelu matmul_gelu(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+                       const Tensor& bias) {
+  Problem p = plan("matmul_gelu", a, b, trans_a, trans_b, bias, Tensor());
+  if (p.dtype != p.work_dtype || p.k == 0 || p.result_shape.numel() == 0) {
+    // A 16-bit GEMM on the CPU runs in f32 and its result is rounded: GELU then reads the
+    // rounded pre-activation, as gelu(matmul(...)) would. An empty K leaves the bias.
+    Tensor pre = matmul(a, b, trans_a, trans_b, bias);
+    return {gelu(pre), pre};
+  }
+  MatmulGelu r{empty(p.result_shape, p.dtype, a.device()),
+               empty(p.result_shape, p.dtype, a.device())};
+  run_plan(p, r.pre, r.out);
+  return r;
 }
 
 void matmul_out(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,

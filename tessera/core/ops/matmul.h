@@ -14,6 +14,16 @@ namespace tessera::ops {
 // op(a) op(b) (+ bias over the last dim); op transposes the last two dims when its flag is set.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false,
               const Tensor& bias = Tensor());
+// gelu(op(a) op(b) (+ bias)) with the GELU in the GEMM's epilogue (Backend::matmul_gelu),
+// and the pre-activation that the backward pass reads. Bit-identical to matmul then gelu on
+// the CPU. A 16-bit dtype on the CPU runs the GEMM in f32 (as matmul does), rounds the
+// pre-activation and applies gelu to it: the same two ops, in the same order. On a device the
+// epilogue may take GELU of the unrounded f32 accumulator (see Backend::matmul_gelu).
+struct MatmulGelu {
+  Tensor out, pre;
+};
+MatmulGelu matmul_gelu(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false,
+                       const Tensor& bias = Tensor());
 // out = alpha * op(a) op(b) + beta * out, in place; out must already have the result shape.
 void matmul_out(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a = false,
                 bool trans_b = false, float alpha = 1.0f, float beta = 0.0f);

@@ -31,6 +31,8 @@ class CudaBackend final : public Backend {
   void arange(const Tensor& dst, double start, double step) override;
   void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
               const MatmulArgs& args) override;
+  void matmul_gelu(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& pre,
+                   const Tensor& out, const MatmulArgs& args) override;
 
   // cuda_backend_ops.cpp
   void random_uniform(const Tensor& dst, double lo, double hi, uint64_t seed,

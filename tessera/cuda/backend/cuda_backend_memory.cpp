@@ -1,5 +1,6 @@
-// CudaBackend's memory methods (copies, fill, arange) and matmul. A device copy of one dtype
-// between contiguous tensors is a memcpy on the stream; any other goes to the copy kernel.
+// CudaBackend's memory methods (copies, fill, arange), matmul and matmul_gelu. A device copy
+// of one dtype between contiguous tensors is a memcpy on the stream; any other goes to the copy
+// kernel.
 //
 // Host copies move contiguous bytes with one memcpy on the compute stream. A side that is not
 // contiguous, or a dtype change, is staged: on the host through the CPU backend's strided copy,
@@ -73,6 +74,11 @@ void CudaBackend::arange(const Tensor& dst, double start, double step) {
 void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
                          const MatmulArgs& args) {
   gemm(context_, a, b, bias, out, args);
+}
+
+void CudaBackend::matmul_gelu(const Tensor& a, const Tensor& b, const Tensor& bias,
+                              const Tensor& pre, const Tensor& out, const MatmulArgs& args) {
+  gemm_gelu(context_, a, b, bias, pre, out, args);
 }
 
 }  // namespace TESSERA_CUDA_ABI

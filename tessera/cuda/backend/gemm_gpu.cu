@@ -7,8 +7,15 @@
 // (a row-major [r, c] with row stride ld is a column-major [c, r] with leading dim ld), and
 // the op flag turns that into the needed op(x)^T, so transposed views cost no copy. The batch
 // is a strided batch (stride 0 broadcasts). The bias epilogue adds bias[n] along out's rows,
-// in the same pass; beta = 1 accumulates through C = D. Backend::matmul has no activation, so
-// the GELU epilogue is not used.
+// in the same pass; beta = 1 accumulates through C = D.
+//
+// matmul_gelu uses the GELU_AUX(_BIAS) epilogue: D = gelu(acc + bias) and the aux matrix =
+// acc + bias (the pre-activation), both stored in out's dtype by the same kernel. cuBLASLt's
+// GELU is the tanh form, Tessera's. The aux matrix is laid out like D (column-major N x M,
+// leading dim N, batch stride M*N), and cuBLASLt wants its leading dim and batch stride
+// divisible by 8; where they are not, for f64, or where the heuristic has no kernel for the
+// epilogue, the product goes to pre with the plain (bias) epilogue and the elementwise GELU
+// kernel reads it back: one more pass over M x N, never a different result contract.
 //
 // Per device: one handle and a 32 MiB workspace, and a cache of heuristic choices keyed by
 // the problem, since asking the heuristic costs tens of microseconds per call.
@@ -19,11 +26,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include "tessera/cuda/backend/cuda_check.h"
 #include "tessera/cuda/backend/gemm.h"
 #include "tessera/cuda/cuda.h"
+#include "tessera/cuda/kernels/elementwise.h"
 
 #define TESSERA_CUBLAS_CHECK(call)                                                           \
   do {                                                                                       \
@@ -103,13 +112,15 @@ uint32_t alignment_of(const void* p) {
 
 using ProblemKey =
     std::tuple<int, int, uint64_t, uint64_t, uint64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-               int, int, bool, bool, uint32_t, uint32_t, uint32_t, uint32_t>;
+               int, int, bool, bool, uint32_t, uint32_t, uint32_t, uint32_t, bool, uint32_t>;
 
 struct DeviceGemm {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   std::mutex mutex;
-  std::map<ProblemKey, cublasLtMatmulAlgo_t> algos;
+  // The heuristic's choice per problem; none when it has no kernel (a GELU epilogue then
+  // falls back without asking again).
+  std::map<ProblemKey, std::optional<cublasLtMatmulAlgo_t>> algos;
 };
 
 DeviceGemm& device_gemm(int device) {
@@ -162,15 +173,28 @@ void make_layout(Layout& layout, cudaDataType_t type, uint64_t rows, uint64_t co
   }
 }
 
-}  // namespace
-
-void gemm(DeviceContext& context, const Tensor& a, const Tensor& b, const Tensor& bias,
-          const Tensor& out, const MatmulArgs& args) {
+void check_dtypes(const char* op, const Tensor& a, const Tensor& b, const Tensor& bias,
+                  const Tensor& out) {
   TESSERA_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype() &&
                     (!bias.defined() || bias.dtype() == out.dtype()),
-                "matmul on ", out.device(), ": operands a ", a.describe(), " and b ", b.describe(),
+                op, " on ", out.device(), ": operands a ", a.describe(), " and b ", b.describe(),
+                bias.defined() ? str_cat(" and bias ", bias.describe()) : std::string(),
                 " must share out's dtype (", out.describe(), ")");
-  if (out.numel() == 0) return;
+}
+
+// Whether cuBLASLt's GELU_AUX epilogue can write pre [batch, M, N] (contiguous) as its aux
+// matrix: leading dim N and batch stride M*N divisible by 8, and a dtype it has the epilogue
+// for (f64 has none we rely on).
+bool gelu_aux_fits(const Tensor& pre) {
+  const int64_t batch = pre.size(0), m = pre.size(1), n = pre.size(2);
+  return pre.dtype() != DType::f64 && n % 8 == 0 && (batch == 1 || (m * n) % 8 == 0);
+}
+
+// out = alpha op(a) op(b) + beta out (+ bias) through cuBLASLt. With aux (GELU): out = gelu of
+// that, and aux = the pre-activation. Returns false, having launched nothing, when cuBLASLt
+// has no kernel for the GELU epilogue; without one the missing kernel throws.
+bool lt_matmul(DeviceContext& context, const Tensor& a, const Tensor& b, const Tensor& bias,
+               const Tensor& out, const MatmulArgs& args, const Tensor& aux) {
   const Types types = types_for(out);
   const int64_t batch = out.size(0), m = out.size(1), n = out.size(2);
   TESSERA_CHECK(batch <= INT32_MAX, "matmul on ", out.device(), ": batch ", batch,
@@ -181,6 +205,7 @@ void gemm(DeviceContext& context, const Tensor& a, const Tensor& b, const Tensor
   const void* pb = a.data_ptr("matmul");
   void* pd = out.data_ptr("matmul");
   const void* pbias = bias.defined() ? bias.data_ptr("matmul") : nullptr;
+  void* paux = aux.defined() ? aux.data_ptr("matmul_gelu") : nullptr;
   const cudaStream_t stream = context.compute_stream();
   DeviceGemm& g = device_gemm(context.index());
 
@@ -188,10 +213,17 @@ void gemm(DeviceContext& context, const Tensor& a, const Tensor& b, const Tensor
   TESSERA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.d, types.compute, types.scale));
   set_desc(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, la.op);
   set_desc(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, lb.op);
-  if (pbias != nullptr) {
+  if (paux != nullptr) {
+    set_desc(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE,
+             pbias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX);
+    // The heuristic reads the aux pointer's alignment, so it is set before asking.
+    set_desc(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, paux);
+    set_desc(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, n);
+    if (batch > 1) set_desc(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, m * n);
+  } else if (pbias != nullptr) {
     set_desc(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-    set_desc(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, pbias);
   }
+  if (pbias != nullptr) set_desc(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, pbias);
   const int nb = int(batch);
   Layout layout_a, layout_b, layout_d;
   make_layout(layout_a, types.data, la.rows, la.cols, la.ld, nb, la.batch_stride);
@@ -215,8 +247,10 @@ void gemm(DeviceContext& context, const Tensor& a, const Tensor& b, const Tensor
                        alignment_of(pa),
                        alignment_of(pb),
                        alignment_of(pd),
-                       alignment_of(pbias)};
-  cublasLtMatmulAlgo_t algo;
+                       alignment_of(pbias),
+                       paux != nullptr,
+                       alignment_of(paux)};
+  std::optional<cublasLtMatmulAlgo_t> algo;
   {
     std::lock_guard<std::mutex> lock(g.mutex);
     auto it = g.algos.find(key);
@@ -236,27 +270,59 @@ void gemm(DeviceContext& context, const Tensor& a, const Tensor& b, const Tensor
                                                                   sizeof align[i]));
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
-      TESSERA_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g.handle, desc.d, layout_a.l, layout_b.l,
-                                                          layout_d.l, layout_d.l, pref.p, 1,
-                                                          &result, &found));
-      TESSERA_CHECK(found > 0, "matmul on ", out.device(), ": cuBLASLt has no kernel for a ",
-                    a.describe(), " (trans_a=", args.trans_a, ") times b ", b.describe(),
-                    " (trans_b=", args.trans_b, ") into ", out.describe());
-      it = g.algos.emplace(key, result.algo).first;
+      const cublasStatus_t status =
+          cublasLtMatmulAlgoGetHeuristic(g.handle, desc.d, layout_a.l, layout_b.l, layout_d.l,
+                                         layout_d.l, pref.p, 1, &result, &found);
+      // An epilogue the library lacks for these types reads as "no kernel": fall back.
+      if (paux != nullptr && status == CUBLAS_STATUS_NOT_SUPPORTED) {
+        found = 0;
+      } else {
+        TESSERA_CUBLAS_CHECK(status);
+      }
+      TESSERA_CHECK(found > 0 || paux != nullptr, "matmul on ", out.device(),
+                    ": cuBLASLt has no kernel for a ", a.describe(), " (trans_a=", args.trans_a,
+                    ") times b ", b.describe(), " (trans_b=", args.trans_b, ") into ",
+                    out.describe());
+      it = g.algos.emplace(key, found > 0 ? std::optional(result.algo) : std::nullopt).first;
     }
     algo = it->second;
   }
+  if (!algo) return false;
   if (types.scale == CUDA_R_64F) {
     const double alpha = args.alpha, beta = args.beta;
     TESSERA_CUBLAS_CHECK(cublasLtMatmul(g.handle, desc.d, &alpha, pa, layout_a.l, pb, layout_b.l,
-                                        &beta, pd, layout_d.l, pd, layout_d.l, &algo, g.workspace,
+                                        &beta, pd, layout_d.l, pd, layout_d.l, &*algo, g.workspace,
                                         kWorkspaceBytes, stream));
   } else {
     const float alpha = args.alpha, beta = args.beta;
     TESSERA_CUBLAS_CHECK(cublasLtMatmul(g.handle, desc.d, &alpha, pa, layout_a.l, pb, layout_b.l,
-                                        &beta, pd, layout_d.l, pd, layout_d.l, &algo, g.workspace,
+                                        &beta, pd, layout_d.l, pd, layout_d.l, &*algo, g.workspace,
                                         kWorkspaceBytes, stream));
   }
+  return true;
+}
+
+}  // namespace
+
+void gemm(DeviceContext& context, const Tensor& a, const Tensor& b, const Tensor& bias,
+          const Tensor& out, const MatmulArgs& args) {
+  check_dtypes("matmul", a, b, bias, out);
+  if (out.numel() == 0) return;
+  lt_matmul(context, a, b, bias, out, args, Tensor());
+}
+
+void gemm_gelu(DeviceContext& context, const Tensor& a, const Tensor& b, const Tensor& bias,
+               const Tensor& pre, const Tensor& out, const MatmulArgs& args) {
+  check_dtypes("matmul_gelu", a, b, bias, out);
+  TESSERA_CHECK(pre.dtype() == out.dtype() && pre.shape() == out.shape() && pre.is_contiguous() &&
+                    out.is_contiguous() && args.alpha == 1.0f && args.beta == 0.0f,
+                "matmul_gelu on ", out.device(), ": pre ", pre.describe(), " and out ",
+                out.describe(), " must be contiguous of one shape and dtype, with alpha = 1 and",
+                " beta = 0 (got ", args.alpha, " and ", args.beta, ")");
+  if (out.numel() == 0) return;
+  if (gelu_aux_fits(pre) && lt_matmul(context, a, b, bias, out, args, pre)) return;
+  lt_matmul(context, a, b, bias, pre, args, Tensor());
+  unary(UnaryOp::gelu, pre, out, 0.0, context.compute_stream());
 }
 
 }  // namespace TESSERA_CUDA_ABI

@@ -12,5 +12,10 @@ void gemm(DeviceContext& context, const Tensor& a, const Tensor& b, const Tensor
   gemm_simt(a, b, bias, out, args, context.compute_stream());
 }
 
+void gemm_gelu(DeviceContext& context, const Tensor& a, const Tensor& b, const Tensor& bias,
+               const Tensor& pre, const Tensor& out, const MatmulArgs& args) {
+  gemm_simt_gelu(a, b, bias, pre, out, args, context.compute_stream());
+}
+
 }  // namespace TESSERA_CUDA_ABI
 }  // namespace tessera::cuda

@@ -5,15 +5,21 @@
 // place it runs (the GPU build's matmul is cuBLASLt).
 //
 // Operand elements are addressed through (batch, row, column) strides of op(x), so transposes
-// and broadcast batches need no copy; tiles past the edges load zeros.
+// and broadcast batches need no copy; tiles past the edges load zeros. The GELU epilogue
+// (matmul_gelu) stores the pre-activation and the GELU (tanh form, UnaryOp::gelu's formula) of
+// each accumulator, like cuBLASLt's GELU_AUX epilogue on the GPU.
 
 #include "tessera/cuda/kernels/gemm_simt.h"
+
+#include "tessera/cuda/kernels/vector_io.h"
 
 namespace tessera::cuda {
 inline namespace TESSERA_CUDA_ABI {
 namespace {
 
 constexpr int kTile = 16;
+constexpr double kSqrt2OverPi = 0.7978845608028654;
+constexpr double kGeluCoeff = 0.044715;
 
 // op(x) of one operand: element (r, c) of batch i is at i * batch + r * row + c * col.
 struct OperandView {
@@ -25,10 +31,12 @@ OperandView view_of(const Tensor& t, bool trans) {
                : OperandView{t.stride(0), t.stride(1), t.stride(2)};
 }
 
-template <class T, class Acc>
+// With kGelu, out receives gelu(v) and pre receives v.
+template <class T, class Acc, bool kGelu>
 __global__ void gemm_simt_kernel(const T* __restrict__ a, OperandView va, const T* __restrict__ b,
                                  OperandView vb, const T* __restrict__ bias, T* __restrict__ out,
-                                 int64_t m, int64_t n, int64_t k, Acc alpha, Acc beta) {
+                                 T* __restrict__ pre, int64_t m, int64_t n, int64_t k, Acc alpha,
+                                 Acc beta) {
   TESSERA_SHARED(Acc, a_tile, kTile * kTile);
   TESSERA_SHARED(Acc, b_tile, kTile * kTile);
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -46,16 +54,21 @@ __global__ void gemm_simt_kernel(const T* __restrict__ a, OperandView va, const 
     __syncthreads();
   }
   if (row >= m || col >= n) return;
-  T* o = out + int64_t(blockIdx.z) * m * n + row * n + col;
+  const int64_t at = int64_t(blockIdx.z) * m * n + row * n + col;
   Acc v = alpha * acc;
   // beta == 0 never reads out: fresh memory may hold NaNs.
-  if (beta != Acc(0)) v += beta * Acc(*o);
+  if (beta != Acc(0)) v += beta * Acc(out[at]);
   if (bias != nullptr) v += Acc(bias[col]);
-  *o = T(v);
+  if constexpr (kGelu) {
+    pre[at] = T(v);
+    const Acc u = Acc(kSqrt2OverPi) * (v + Acc(kGeluCoeff) * v * v * v);
+    v = Acc(0.5) * v * (Acc(1) + math_tanh(u));
+  }
+  out[at] = T(v);
 }
 
 template <class T, class Acc>
-void run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
+void run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out, const Tensor& pre,
          const MatmulArgs& args, cudaStream_t stream) {
   const int64_t batch = out.size(0), m = out.size(1), n = out.size(2);
   const int64_t k = args.trans_a ? a.size(1) : a.size(2);
@@ -64,38 +77,65 @@ void run(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out
                 " needs more blocks than the grid allows");
   const dim3 grid(unsigned((n + kTile - 1) / kTile), unsigned((m + kTile - 1) / kTile),
                   unsigned(batch));
-  launch(gemm_simt_kernel<T, Acc>, LaunchConfig{grid, dim3(kTile, kTile), 0, stream, "gemm_simt"},
-         static_cast<const T*>(a.data_ptr("matmul")), view_of(a, args.trans_a),
-         static_cast<const T*>(b.data_ptr("matmul")), view_of(b, args.trans_b),
-         bias.defined() ? static_cast<const T*>(bias.data_ptr("matmul")) : nullptr,
-         static_cast<T*>(out.data_ptr("matmul")), m, n, k, Acc(args.alpha), Acc(args.beta));
+  const dim3 block(kTile, kTile);
+  const T* pa = static_cast<const T*>(a.data_ptr("matmul"));
+  const T* pb = static_cast<const T*>(b.data_ptr("matmul"));
+  const T* pbias = bias.defined() ? static_cast<const T*>(bias.data_ptr("matmul")) : nullptr;
+  T* po = static_cast<T*>(out.data_ptr("matmul"));
+  if (pre.defined()) {
+    launch(gemm_simt_kernel<T, Acc, true>, LaunchConfig{grid, block, 0, stream, "gemm_simt_gelu"},
+           pa, view_of(a, args.trans_a), pb, view_of(b, args.trans_b), pbias, po,
+           static_cast<T*>(pre.data_ptr("matmul_gelu")), m, n, k, Acc(args.alpha), Acc(args.beta));
+  } else {
+    launch(gemm_simt_kernel<T, Acc, false>, LaunchConfig{grid, block, 0, stream, "gemm_simt"}, pa,
+           view_of(a, args.trans_a), pb, view_of(b, args.trans_b), pbias, po,
+           static_cast<T*>(nullptr), m, n, k, Acc(args.alpha), Acc(args.beta));
+  }
+}
+
+// Both launchers: validation and the dtype switch; pre is defined for the GELU epilogue.
+void dispatch(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
+              const Tensor& pre, const MatmulArgs& args, cudaStream_t stream) {
+  const DType dtype = out.dtype();
+  const char* op = pre.defined() ? "matmul_gelu" : "matmul";
+  TESSERA_CHECK(
+      a.dtype() == dtype && b.dtype() == dtype && (!bias.defined() || bias.dtype() == dtype), op,
+      " on cuda: operands a ", a.describe(), ", b ", b.describe(),
+      bias.defined() ? str_cat(", bias ", bias.describe()) : std::string(),
+      " must share out's dtype (", out.describe(), ")");
+  TESSERA_CHECK(!pre.defined() ||
+                    (pre.dtype() == dtype && pre.shape() == out.shape() && pre.is_contiguous() &&
+                     out.is_contiguous() && args.alpha == 1.0f && args.beta == 0.0f),
+                op, " on cuda: pre ", pre.describe(), " and out ", out.describe(),
+                " must be contiguous of one shape and dtype, with alpha = 1 and beta = 0 (got ",
+                args.alpha, " and ", args.beta, ")");
+  if (out.numel() == 0) return;
+  switch (dtype) {
+    case DType::f32:
+      return run<float, float>(a, b, bias, out, pre, args, stream);
+    case DType::f64:
+      return run<double, double>(a, b, bias, out, pre, args, stream);
+    case DType::bf16:
+      return run<BFloat16, float>(a, b, bias, out, pre, args, stream);
+    case DType::f16:
+      return run<Half, float>(a, b, bias, out, pre, args, stream);
+    default:
+      break;
+  }
+  detail::throw_error(op, " on cuda: no GEMM for dtype ", dtype_name(dtype), " (out ",
+                      out.describe(), "); f32, f64, bf16 and f16 are supported");
 }
 
 }  // namespace
 
 void gemm_simt(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
                const MatmulArgs& args, cudaStream_t stream) {
-  const DType dtype = out.dtype();
-  TESSERA_CHECK(
-      a.dtype() == dtype && b.dtype() == dtype && (!bias.defined() || bias.dtype() == dtype),
-      "matmul on cuda: operands a ", a.describe(), ", b ", b.describe(),
-      bias.defined() ? str_cat(", bias ", bias.describe()) : std::string(),
-      " must share out's dtype (", out.describe(), ")");
-  if (out.numel() == 0) return;
-  switch (dtype) {
-    case DType::f32:
-      return run<float, float>(a, b, bias, out, args, stream);
-    case DType::f64:
-      return run<double, double>(a, b, bias, out, args, stream);
-    case DType::bf16:
-      return run<BFloat16, float>(a, b, bias, out, args, stream);
-    case DType::f16:
-      return run<Half, float>(a, b, bias, out, args, stream);
-    default:
-      break;
-  }
-  detail::throw_error("matmul on cuda: no GEMM for dtype ", dtype_name(dtype), " (out ",
-                      out.describe(), "); f32, f64, bf16 and f16 are supported");
+  dispatch(a, b, bias, out, Tensor(), args, stream);
+}
+
+void gemm_simt_gelu(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& pre,
+                    const Tensor& out, const MatmulArgs& args, cudaStream_t stream) {
+  dispatch(a, b, bias, out, pre, args, stream);
 }
 
 }  // namespace TESSERA_CUDA_ABI

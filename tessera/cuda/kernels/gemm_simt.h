@@ -15,6 +15,11 @@ inline namespace TESSERA_CUDA_ABI {
 // bf16 or f16 with one dtype for all; accumulates in f32 (f64 for f64).
 void gemm_simt(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
                const MatmulArgs& args, cudaStream_t stream);
+// Backend::matmul_gelu: the same GEMM with the GELU epilogue in its output pass, as cuBLASLt's
+// GELU_AUX does it: pre (contiguous, out's shape and dtype) = the accumulator (+ bias) rounded
+// to the dtype, out = gelu of the unrounded accumulator. args.alpha = 1, args.beta = 0.
+void gemm_simt_gelu(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& pre,
+                    const Tensor& out, const MatmulArgs& args, cudaStream_t stream);
 
 }  // namespace TESSERA_CUDA_ABI
 }  // namespace tessera::cuda
