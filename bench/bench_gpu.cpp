@@ -4,8 +4,12 @@
 //   - BM_CopyBandwidth: a device-to-device copy of 1 GiB; the memory ceiling the memory-bound
 //     kernels are measured against (read + write counted);
 //   - BM_GemmBf16: cuBLASLt bf16 GEMM, 8192^3, f32 accumulation; the compute ceiling;
+//   - BM_GemmBiasBf16Mlp and BM_GemmBiasGeluBf16Mlp: the MLP's c_fc (M = 8192, K = 768,
+//     N = 3072) with the bias epilogue, and with GELU_AUX_BIAS (which also writes the
+//     pre-activation): the difference is the GELU epilogue's cost;
 //   - the kernels at GPT-2 124M shapes (B*T = 8192 rows, C = 768, V = 50304), bf16 where the
-//     training step runs them in bf16, f32 for AdamW's master weights and state.
+//     training step runs them in bf16, f32 for AdamW's master weights and state (with the
+//     fused bf16 copy of the weights: BM_AdamWF32ToBf16, /1 with stochastic rounding).
 // In a build without the GPU backend, or on a machine without a GPU, every benchmark is
 // skipped with the reason.
 
@@ -88,6 +92,38 @@ void BM_GemmBf16(benchmark::State& state) {
   report_flops(state, 2.0 * double(n) * double(n) * double(n));
 }
 
+// x [B*T, C] times c_fc's weight [4C, C] transposed, plus bias, as Backend calls in bf16.
+void mlp_gemm(benchmark::State& state, bool gelu) {
+  const int64_t n = 4 * kC;
+  Tensor x, w, bias, pre, out;
+  run_timed(state, [&] {
+    if (!x.defined()) {
+      x = device_randn({1, kRows, kC}, DType::bf16, 14);
+      w = device_randn({1, n, kC}, DType::bf16, 15);
+      bias = device_randn({n}, DType::bf16, 16);
+      pre = empty({1, kRows, n}, DType::bf16, Device::cuda());
+      out = empty({1, kRows, n}, DType::bf16, Device::cuda());
+    }
+    MatmulArgs args;
+    args.trans_b = true;
+    Backend& gpu = backend_for(Device::cuda());
+    if (gelu) {
+      gpu.matmul_gelu(x, w, bias, pre, out, args);
+    } else {
+      gpu.matmul(x, w, bias, pre, args);
+    }
+  });
+  report_flops(state, 2.0 * double(kRows) * double(n) * double(kC));
+}
+
+void BM_GemmBiasBf16Mlp(benchmark::State& state) {
+  mlp_gemm(state, false);
+}
+
+void BM_GemmBiasGeluBf16Mlp(benchmark::State& state) {
+  mlp_gemm(state, true);
+}
+
 void BM_LayerNormForwardBf16(benchmark::State& state) {
   Tensor x, w, b;
   run_timed(state, [&] {
@@ -150,6 +186,27 @@ void BM_AdamWF32(benchmark::State& state) {
   report_bytes(state, 7.0 * 4.0 * double(n));  // read p, g, m, v; write p, m, v
 }
 
+// The bf16 mixed-precision step: the f32 update plus the bf16 compute copy written in the same
+// pass; arg 1 rounds stochastically (a Philox call per four elements).
+void BM_AdamWF32ToBf16(benchmark::State& state) {
+  const int64_t n = 124'000'000;
+  Tensor p, g, m, v, copy;
+  AdamWArgs args;
+  args.stochastic_rounding = state.range(0) != 0;
+  run_timed(state, [&] {
+    if (!p.defined()) {
+      p = device_randn({n}, DType::f32, 9);
+      g = device_randn({n}, DType::f32, 10);
+      m = zeros({n}, DType::f32, Device::cuda());
+      v = zeros({n}, DType::f32, Device::cuda());
+      copy = zeros({n}, DType::bf16, Device::cuda());
+    }
+    ops::adamw_step_(p, g, m, v, args, copy);
+  });
+  // 30 bytes per element: read p, g, m, v (f32); write p, m, v (f32) and the bf16 copy.
+  report_bytes(state, (7.0 * 4.0 + 2.0) * double(n));
+}
+
 void BM_AttentionForwardBf16(benchmark::State& state) {
   const int64_t b = 8, h = 12, t = 1024, d = 64;
   Tensor q, k, v;
@@ -167,11 +224,14 @@ void BM_AttentionForwardBf16(benchmark::State& state) {
 
 BENCHMARK(BM_CopyBandwidth)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GemmBf16)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GemmBiasBf16Mlp)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GemmBiasGeluBf16Mlp)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LayerNormForwardBf16)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GeluBf16)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SoftmaxF32)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CrossEntropyForwardBackwardBf16)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AdamWF32)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AdamWF32ToBf16)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AttentionForwardBf16)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -123,7 +123,7 @@ void Backend::rope(const Tensor&, const Tensor&, int64_t, double, bool) {
 void Backend::dropout(const Tensor&, const Tensor&, double, uint64_t, uint64_t) {
   not_implemented("dropout");
 }
-void Backend::adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+void Backend::adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                          const AdamWArgs&) {
   not_implemented("adamw_step");
 }

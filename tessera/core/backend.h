@@ -37,6 +37,11 @@ struct AdamWArgs {
   float weight_decay = 0.0f;
   int64_t step = 1;         // 1-based, for bias correction
   float grad_scale = 1.0f;  // grads are multiplied by this first (unscaling, clipping)
+  // Rounding of the updated param into adamw_step's optional low-precision copy: to nearest
+  // even, or (bf16 only) stochastically with 16 Philox bits per element keyed by
+  // (rounding_seed, step, element index), the same bits on every backend.
+  bool stochastic_rounding = false;
+  uint64_t rounding_seed = 0;
 };
 
 class Backend {
@@ -154,9 +159,11 @@ class Backend {
                        uint64_t offset);
 
   // ---- optimizer ----
-  // In place on contiguous f32 param, grad, m, v of one shape.
+  // In place on contiguous f32 param, m, v of one shape; grad contiguous f32, bf16 or f16 of
+  // that shape. rounded: undefined, or a contiguous bf16/f16 tensor of that shape that receives
+  // the updated param rounded as args says (the master -> compute copy of mixed precision).
   virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                          const AdamWArgs& args);
+                          const Tensor& rounded, const AdamWArgs& args);
   // out (f32 0-d) = sum over tensors of sum(x^2), in a fixed order.
   virtual void squared_norm(const std::vector<Tensor>& xs, const Tensor& out);
 

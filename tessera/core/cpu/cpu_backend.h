@@ -70,7 +70,7 @@ class CpuBackend final : public Backend {
             bool inverse) override;
   // cpu_optim.cpp
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                  const AdamWArgs& args) override;
+                  const Tensor& rounded, const AdamWArgs& args) override;
 
  private:
   CpuAllocator allocator_;

@@ -61,7 +61,7 @@ class CudaBackend final : public Backend {
                           const Tensor& lse, const Tensor& gout, double scale, const Tensor& gq,
                           const Tensor& gk, const Tensor& gv) override;
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                  const AdamWArgs& args) override;
+                  const Tensor& rounded, const AdamWArgs& args) override;
   void unary(UnaryOp op, const Tensor& x, const Tensor& out, double scalar) override;
   void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& gy,
                       const Tensor& gx, double scalar) override;

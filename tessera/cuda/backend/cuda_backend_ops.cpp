@@ -114,8 +114,8 @@ void CudaBackend::attention_backward(const Tensor& q, const Tensor& k, const Ten
 }
 
 void CudaBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
-                             const Tensor& v, const AdamWArgs& args) {
-  cuda::adamw_step(param, grad, m, v, args, stream());
+                             const Tensor& v, const Tensor& rounded, const AdamWArgs& args) {
+  cuda::adamw_step(param, grad, m, v, rounded, args, stream());
 }
 
 }  // namespace TESSERA_CUDA_ABI

@@ -1,6 +1,8 @@
 #include "tessera/nn/optim/adamw.h"
 
 #include <cmath>
+#include <string_view>
+#include <unordered_map>
 
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
@@ -36,6 +38,27 @@ AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
 }
 
 void AdamW::step(double grad_scale) {
+  update(grad_scale, nullptr, RoundingOptions{});
+}
+
+void AdamW::step_rounded(double grad_scale, const StateDict& copies,
+                         const RoundingOptions& rounding) {
+  std::unordered_map<std::string_view, const Tensor*> by_name;
+  for (const auto& [name, t] : copies) by_name.emplace(name, &t);
+  std::vector<std::vector<Tensor>> matched(groups_.size());
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    for (const auto& [name, p] : groups_[gi].params) {
+      auto it = by_name.find(name);
+      TESSERA_CHECK(it != by_name.end(), "AdamW: no rounded copy for parameter '", name, "' (",
+                    p.describe(), ") among the ", copies.size(), " given");
+      matched[gi].push_back(*it->second);
+    }
+  }
+  update(grad_scale, &matched, rounding);
+}
+
+void AdamW::update(double grad_scale, const std::vector<std::vector<Tensor>>* copies,
+                   const RoundingOptions& rounding) {
   ++step_;
   AdamWArgs args;
   args.beta1 = float(options_.beta1);
@@ -43,15 +66,20 @@ void AdamW::step(double grad_scale) {
   args.eps = float(options_.eps);
   args.step = step_;
   args.grad_scale = float(grad_scale);
+  args.stochastic_rounding = rounding.stochastic;
+  uint64_t index = 0;  // the parameter's position in group order
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const ParamGroup& g = groups_[gi];
     args.lr = float(lr_ * g.lr_scale);
     args.weight_decay = float(g.weight_decay);
-    for (size_t pi = 0; pi < g.params.size(); ++pi) {
+    for (size_t pi = 0; pi < g.params.size(); ++pi, ++index) {
       const Tensor& p = g.params[pi].second;
       const Tensor grad = p.grad();  // contiguous in practice; the op checks
       if (!grad.defined()) continue;
-      ops::adamw_step_(p, grad, m_[gi][pi], v_[gi][pi], args);
+      // Distinct per parameter; rounding_key() then mixes in the step.
+      args.rounding_seed = rounding.seed + index * 0x9E3779B97F4A7C15ull;
+      ops::adamw_step_(p, grad, m_[gi][pi], v_[gi][pi], args,
+                       copies ? (*copies)[gi][pi] : Tensor());
     }
   }
 }

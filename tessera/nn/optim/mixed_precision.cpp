@@ -7,6 +7,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/ops/elementwise.h"
 #include "tessera/core/ops/movement.h"
+#include "tessera/nn/optim/adamw.h"
 
 namespace tessera::nn {
 
@@ -102,7 +103,12 @@ PrecisionStep MixedPrecision::step(Optimizer& optimizer, double max_norm) {
   PrecisionStep out;
   out.loss_scale = loss_scale();
   if (precision_ != Precision::fp16) {
-    out.grad_norm = clip_and_step(optimizer, max_norm);
+    // clip_and_step's checks, with update() in place of optimizer.step().
+    out.grad_norm = global_grad_norm(optimizer.parameters());
+    TESSERA_CHECK(std::isfinite(out.grad_norm), "mixed precision (", precision_name(precision_),
+                  "): the global gradient norm is ", out.grad_norm, " at optimizer step ",
+                  optimizer.step_count() + 1, "; no parameter was updated");
+    update(optimizer, clip_factor(out.grad_norm, max_norm));
   } else {
     // The norm of the scaled gradients is finite exactly when every element is: one inf or nan
     // anywhere makes the sum of squares inf or nan (fp16 overflow arrives as inf).
@@ -112,10 +118,32 @@ PrecisionStep MixedPrecision::step(Optimizer& optimizer, double max_norm) {
       out.skipped = true;
       return out;
     }
-    optimizer.step(clip_factor(out.grad_norm, max_norm) / out.loss_scale);
+    update(optimizer, clip_factor(out.grad_norm, max_norm) / out.loss_scale);
   }
-  sync_compute();
   return out;
+}
+
+void MixedPrecision::update(Optimizer& optimizer, double grad_scale) {
+  auto* adamw = dynamic_cast<AdamW*>(&optimizer);
+  TESSERA_CHECK(!stochastic_rounding_ || adamw, "mixed precision (bf16): stochastic rounding is ",
+                "done by the fused AdamW update; this optimizer is not an AdamW");
+  if (precision_ == Precision::fp32) {
+    optimizer.step(grad_scale);
+  } else if (adamw) {
+    adamw->step_rounded(grad_scale, compute_,
+                        RoundingOptions{stochastic_rounding_, rounding_seed_});
+  } else {
+    optimizer.step(grad_scale);
+    sync_compute();
+  }
+}
+
+void MixedPrecision::set_stochastic_rounding(uint64_t seed) {
+  TESSERA_CHECK(precision_ == Precision::bf16, "mixed precision: stochastic rounding rounds the ",
+                "master weights to bf16, so it needs the bf16 policy, not ",
+                precision_name(precision_));
+  stochastic_rounding_ = true;
+  rounding_seed_ = seed;
 }
 
 void MixedPrecision::sync_compute() {

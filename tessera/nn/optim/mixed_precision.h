@@ -13,9 +13,15 @@
 // after each backward (the gradients move into fp32 on the master, so micro-batches
 // accumulate in fp32), then step(): the global norm of the fp32 gradients is the overflow
 // check; unscaling and clipping ride in the optimizer's grad_scale; the updated master weights
-// are rounded back into the compute parameters. Losses, softmax statistics and normalisation
-// statistics are computed in fp32 by the ops themselves (see core/ops), whatever the policy.
+// are rounded back into the compute parameters, by AdamW in the same pass as the update
+// (AdamW::step_rounded), or by a cast pass after any other optimizer. bf16 may round
+// stochastically (set_stochastic_rounding): each master rounds up or down at random with
+// probabilities that make the expected bf16 value the master, so updates far below bf16's
+// resolution still move the compute weights on average. Losses, softmax statistics and
+// normalisation statistics are computed in fp32 by the ops themselves (see core/ops), whatever
+// the policy.
 
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -68,9 +74,15 @@ class MixedPrecision {
   // non-finite norm skips the update and backs the scale off. Gradients stay; the caller zeroes
   // them (optimizer.zero_grad()) as in fp32.
   PrecisionStep step(Optimizer& optimizer, double max_norm);
-  // Rounds the master weights into the compute parameters (after loading a checkpoint into
-  // the master).
+  // Rounds the master weights into the compute parameters to nearest (at construction and
+  // after loading a checkpoint into the master).
   void sync_compute();
+
+  // bf16 only (throws otherwise): step() rounds the updated masters into the compute
+  // parameters stochastically, with Philox bits keyed by seed (nn/optim/adamw.h); the
+  // optimizer must then be an AdamW, which step() checks.
+  void set_stochastic_rounding(uint64_t seed);
+  bool stochastic_rounding() const { return stochastic_rounding_; }
 
   // The policy and the loss scaler's state, for checkpoints. load_state() restores the scaler
   // when both this policy and the saved one are fp16 (a run resumed under another policy
@@ -79,9 +91,14 @@ class MixedPrecision {
   void load_state(const nlohmann::json& j);
 
  private:
+  // optimizer.step(grad_scale), then the compute parameters set from the updated masters.
+  void update(Optimizer& optimizer, double grad_scale);
+
   Precision precision_;
   StateDict master_, compute_;
   DynamicLossScaler scaler_;
+  bool stochastic_rounding_ = false;
+  uint64_t rounding_seed_ = 0;
 };
 
 }  // namespace tessera::nn
