@@ -1,50 +1,145 @@
-// One full GPT-2 124M training step (forward, backward, AdamW), the work of llm.c's CPU
-// reference trainer: gpt2-d12 (12 layers, 12 heads, width 768, vocabulary 50257 padded to
+// One full GPT-2 124M training step (forward, backward, AdamW). By default the work of llm.c's
+// CPU reference trainer: gpt2-d12 (12 layers, 12 heads, width 768, vocabulary 50257 padded to
 // 50304, 1024 positions), B=4, T=64, fp32, AdamW (lr 1e-4, betas 0.9/0.999, eps 1e-8, no
 // weight decay), no clipping. bench/train_step_vs_pytorch.py runs it next to a plain PyTorch
 // model of the same shape (bench/pytorch_gpt2.py) and prints the side-by-side table.
 //
-// Counters: tokens/s; GFLOP/s by nanoGPT's estimate (estimate_mfu): 6*N + 12*L*C*T FLOPs per
+// Flags (before or among Google Benchmark's; `--name=value` or `--name value`):
+//   --device cpu|cuda|cuda-sim  cuda is the GPU; cuda-sim the kernel simulator (slow: tiny
+//                               models only, to try the device path without a GPU)
+//   --precision fp32|bf16       bf16: bf16 weights and activations, fp32 master weights and
+//                               AdamW state (nn::MixedPrecision, as `tessera train` runs it)
+//   --batch B --seq T           default 4 and 64
+//   --preset NAME --model JSON  the model: a GPTConfig preset, then JSON overrides
+//   --peak-tflops X             the peak for MFU; default on cuda in bf16: 989, the H200 SXM's
+//                               dense bf16 tensor-core rate (NVIDIA's H200 datasheet gives
+//                               1,979 TFLOP/s "with sparsity"; dense is half)
+//   --gemm-tflops X             a measured GEMM rate (bench_gpu's BM_GemmBf16) to report the
+//                               achieved rate against as well
+// The GPU configuration of bench/gpu_check.sh: --device cuda --precision bf16 --batch 8
+// --seq 1024.
+//
+// Counters: tokens/s; FLOPS by nanoGPT's estimate (estimate_mfu): 6*N + 12*L*C*T FLOPs per
 // token, with N the parameters less the position table (wpe does no multiply-adds; the tied
 // wte does, as the head) and 12*L*C*T the attention score and value products, forward and
-// backward, counted without the causal halving; peak RSS of the process (getrusage).
+// backward, counted without the causal halving; `mfu` and `of_gemm` (fractions of the two
+// rates above) where given; peak RSS of the process (getrusage) and, on cuda, the device
+// allocator's peak. Each step on a device ends synchronised, so wall time is the step's.
 // BM_TrainStepPhases times forward, backward and the optimizer separately (ms each).
 //
-// Threads: OMP_NUM_THREADS if set, else 2 (the workload).
+// Threads: OMP_NUM_THREADS if set, else 2 (the CPU workload).
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "bench/counters.h"
+#include "tessera/cuda/cuda.h"
 
 namespace tessera::bench {
 namespace {
 
-constexpr int64_t kBatch = 4, kSeq = 64;
+struct Options {
+  std::string device = "cpu";
+  std::string precision = "fp32";
+  int64_t batch = 4, seq = 64;
+  std::string preset = "gpt2-d12";
+  std::string model_json;
+  double peak_tflops = 0;  // 0: the default for the device and precision, if any
+  double gemm_tflops = 0;  // 0: not given
+};
+
+Options& options() {
+  static Options o;
+  return o;
+}
+
+// Moves every tensor of `dict` onto `device` in place: the layers keep their handles.
+void move_in_place(const nn::StateDict& dict, Device device) {
+  for (const auto& [name, t] : dict) {
+    if (t.device() == device) continue;
+    const Tensor moved = ops::to(ops::contiguous(t), device);
+    TensorImpl& impl = *t.shared_impl();
+    impl.storage = moved.storage();
+    impl.strides = moved.strides();
+    impl.offset = moved.offset();
+  }
+}
+
+Device open_device(const std::string& name) {
+  if (name == "cpu") return Device::cpu();
+  if (name == "cuda-sim") {
+    cuda::use_simulated_device();
+    return Device::cuda(0);
+  }
+  TESSERA_CHECK(name == "cuda", "bench_train_step: --device must be cpu, cuda or cuda-sim, got '",
+                name, "'");
+#if defined(TESSERA_HAS_CUDA)
+  TESSERA_CHECK(cuda::device_count() > 0,
+                "bench_train_step: --device cuda: no CUDA device visible");
+  cuda::init_device(0);
+  return Device::cuda(0);
+#else
+  detail::throw_error("bench_train_step: --device cuda: this build has no CUDA backend");
+#endif
+}
 
 // The model, optimizer and batch, built once and shared by every benchmark in the process.
+// Under bf16 `compute` holds the bf16 model that runs forward and backward, and `model` its
+// fp32 master weights, which AdamW updates.
 struct Workload {
-  nn::GPTConfig config = nn::GPTConfig::preset("gpt2-d12");
+  Options opt = options();
+  Device device = open_device(opt.device);
+  nn::Precision precision = nn::parse_precision(opt.precision);
+  nn::GPTConfig config = model_config();
   nn::GPT model{config};
-  nn::AdamW optimizer{model.named_parameters(), options()};
+  std::unique_ptr<nn::GPT> compute;
+  std::unique_ptr<nn::MixedPrecision> mixed;
+  std::unique_ptr<nn::AdamW> optimizer;  // built on the device: it allocates the moments there
   Tensor idx, targets;
 
   Workload() {
+    TESSERA_CHECK(precision != nn::Precision::fp16,
+                  "bench_train_step: --precision must be fp32 or bf16, got fp16");
+    move_in_place(model.state_dict(), device);
+    if (precision != nn::Precision::fp32) {
+      compute = std::make_unique<nn::GPT>(config, nn::compute_dtype(precision));
+      move_in_place(compute->state_dict(), device);
+      mixed = std::make_unique<nn::MixedPrecision>(precision, model.named_parameters(),
+                                                   compute->named_parameters());
+    }
+    optimizer = std::make_unique<nn::AdamW>(model.named_parameters(), adamw_options());
     Generator gen(42);
-    idx = random_tokens(gen);
-    targets = random_tokens(gen);
+    idx = ops::to(random_tokens(gen), device);
+    targets = ops::to(random_tokens(gen), device);
+  }
+
+  nn::GPTConfig model_config() const {
+    nn::GPTConfig c = nn::GPTConfig::preset(opt.preset);
+    if (!opt.model_json.empty())
+      c = nn::GPTConfig::from_json(nlohmann::json::parse(opt.model_json), c);
+    TESSERA_CHECK(opt.seq >= 1 && opt.seq <= c.block_size && opt.batch >= 1,
+                  "bench_train_step: --seq must be in [1, ", c.block_size,
+                  "] and --batch >= 1, got ", opt.seq, " and ", opt.batch);
+    return c;
   }
 
   // Uniform ids in [0, vocab_size): f64 draws, so that scaling by 50257 cannot round up to it.
   Tensor random_tokens(Generator& gen) const {
-    Tensor u = rand({kBatch, kSeq}, gen, DType::f64);
+    Tensor u = rand({opt.batch, opt.seq}, gen, DType::f64);
     return ops::cast(ops::mul(u, double(config.vocab_size)), DType::i64);
   }
 
-  static nn::AdamWOptions options() {
+  static nn::AdamWOptions adamw_options() {
     nn::AdamWOptions o;
     o.lr = 1e-4;
     o.beta1 = 0.9;
@@ -54,19 +149,51 @@ struct Workload {
     return o;
   }
 
+  nn::GPT& net() { return compute ? *compute : model; }
+  int64_t tokens_per_step() const { return opt.batch * opt.seq; }
+
   // FLOPs of one step by nanoGPT's per-token estimate (see the file comment).
   double flops_per_step() const {
     const double n = double(model.num_parameters() - config.block_size * config.n_embd);
-    const double attention = 12.0 * double(config.n_layer * config.n_embd * kSeq);
-    return double(kBatch * kSeq) * (6.0 * n + attention);
+    const double attention = 12.0 * double(config.n_layer * config.n_embd * opt.seq);
+    return double(tokens_per_step()) * (6.0 * n + attention);
+  }
+
+  // The rate MFU is measured against, in TFLOP/s (0: none known).
+  double peak_tflops() const {
+    if (opt.peak_tflops > 0) return opt.peak_tflops;
+    return opt.device == "cuda" && precision == nn::Precision::bf16 ? 989.0 : 0.0;
+  }
+
+  void synchronize() { backend_for(device).synchronize(); }
+
+  // Forward with the loss; the loss.item() is a synchronisation on a device.
+  Tensor forward(float* loss_value) {
+    optimizer->zero_grad();
+    Tensor loss = net().loss(idx, targets);
+    *loss_value = loss.item<float>();
+    return loss;
+  }
+  void backward(const Tensor& loss) {
+    if (!mixed) return loss.backward();
+    mixed->scale_loss(loss).backward();
+    mixed->accumulate_grads();
+  }
+  // fp32 steps the optimizer directly (the CPU workload, unchanged); bf16 through the
+  // mixed-precision step, which adds the global gradient norm (its overflow check).
+  void update() {
+    if (mixed)
+      mixed->step(*optimizer, 0.0);
+    else
+      optimizer->step();
   }
 
   float step() {
-    optimizer.zero_grad();
-    Tensor loss = model.loss(idx, targets);
-    loss.backward();
-    optimizer.step();
-    return loss.item<float>();
+    float loss = 0;
+    backward(forward(&loss));
+    update();
+    synchronize();
+    return loss;
   }
 };
 
@@ -86,27 +213,45 @@ double peak_rss_mib() {
   return double(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
-void report(benchmark::State& state, const Workload& w, float loss) {
-  report_flops(state, w.flops_per_step());
-  state.counters["tokens/s"] =
-      benchmark::Counter(double(kBatch * kSeq), benchmark::Counter::kIsIterationInvariantRate);
+// `seconds`: the wall time of the timed loop, for the fractions of a peak.
+void report(benchmark::State& state, const Workload& w, float loss, double seconds) {
+  const double flops = w.flops_per_step();
+  report_flops(state, flops);
+  state.counters["tokens/s"] = benchmark::Counter(double(w.tokens_per_step()),
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+  const double achieved = seconds > 0 ? flops * double(state.iterations()) / seconds : 0.0;
+  if (w.peak_tflops() > 0) {
+    state.counters["mfu"] = achieved / (w.peak_tflops() * 1e12);
+    state.counters["peak_TFLOPS"] = w.peak_tflops();
+  }
+  if (w.opt.gemm_tflops > 0) {
+    state.counters["of_gemm"] = achieved / (w.opt.gemm_tflops * 1e12);
+    state.counters["gemm_TFLOPS"] = w.opt.gemm_tflops;
+  }
   state.counters["peak_rss_MiB"] = peak_rss_mib();
+  if (w.device.is_cuda())
+    state.counters["peak_device_MiB"] =
+        double(allocator_for(w.device).stats().peak_bytes) / (1024.0 * 1024.0);
   state.counters["threads"] = double(num_threads());
   state.counters["params"] = double(w.model.num_parameters());
+  state.counters["batch"] = double(w.opt.batch);
+  state.counters["seq"] = double(w.opt.seq);
   state.counters["loss"] = loss;
 }
 
 void BM_TrainStep(benchmark::State& state) {
   Workload& w = workload();
   float loss = 0;
-  // Two untimed steps: the first fills the allocator's cache and creates AdamW's moments.
+  // Two untimed steps: they fill the allocator's cache.
   if (!warm_up(state, [&] { w.step(), loss = w.step(); })) return;
+  const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) loss = w.step();
-  report(state, w, loss);
+  report(state, w, loss,
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
-// The same step with a clock read between phases; the loss.item() that ends the forward
-// phase is the only synchronisation a CPU run needs.
+// The same step with a clock read between phases; on a device each phase ends synchronised
+// (the forward's loss.item() is the only synchronisation a CPU run needs).
 void BM_TrainStepPhases(benchmark::State& state) {
   using Clock = std::chrono::steady_clock;
   Workload& w = workload();
@@ -115,13 +260,13 @@ void BM_TrainStepPhases(benchmark::State& state) {
   double forward = 0, backward = 0, optimizer = 0;
   for (auto _ : state) {
     const auto t0 = Clock::now();
-    w.optimizer.zero_grad();
-    Tensor l = w.model.loss(w.idx, w.targets);
-    loss = l.item<float>();
+    Tensor l = w.forward(&loss);
     const auto t1 = Clock::now();
-    l.backward();
+    w.backward(l);
+    w.synchronize();
     const auto t2 = Clock::now();
-    w.optimizer.step();
+    w.update();
+    w.synchronize();
     const auto t3 = Clock::now();
     forward += std::chrono::duration<double, std::milli>(t1 - t0).count();
     backward += std::chrono::duration<double, std::milli>(t2 - t1).count();
@@ -131,11 +276,78 @@ void BM_TrainStepPhases(benchmark::State& state) {
   state.counters["forward_ms"] = forward / n;
   state.counters["backward_ms"] = backward / n;
   state.counters["optimizer_ms"] = optimizer / n;
-  report(state, w, loss);
+  report(state, w, loss, (forward + backward + optimizer) / 1e3);
 }
 
 BENCHMARK(BM_TrainStep)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_TrainStepPhases)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Takes this benchmark's flags out of argv (the rest go to Google Benchmark); false, with a
+// message, for a flag without its value or a malformed number.
+bool parse_flags(int& argc, char** argv) {
+  Options& o = options();
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    std::optional<std::string> value;
+    const auto flag = [&](const char* name) {
+      const std::string prefix = std::string("--") + name;
+      if (arg.rfind(prefix + "=", 0) == 0) {
+        value = arg.substr(prefix.size() + 1);
+        return true;
+      }
+      if (arg == prefix && i + 1 < argc) {
+        value = argv[++i];
+        return true;
+      }
+      return false;
+    };
+    try {
+      if (flag("device")) {
+        o.device = *value;
+      } else if (flag("precision")) {
+        o.precision = *value;
+      } else if (flag("batch")) {
+        o.batch = std::stoll(*value);
+      } else if (flag("seq")) {
+        o.seq = std::stoll(*value);
+      } else if (flag("preset")) {
+        o.preset = *value;
+      } else if (flag("model")) {
+        o.model_json = *value;
+      } else if (flag("peak-tflops")) {
+        o.peak_tflops = std::stod(*value);
+      } else if (flag("gemm-tflops")) {
+        o.gemm_tflops = std::stod(*value);
+      } else {
+        rest.push_back(argv[i]);
+      }
+    } catch (const std::exception&) {
+      std::cerr << "bench_train_step: " << arg << ": expected a number, got '" << *value << "'\n";
+      return false;
+    }
+  }
+  argc = int(rest.size());
+  std::copy(rest.begin(), rest.end(), argv);
+  return true;
+}
+
 }  // namespace
 }  // namespace tessera::bench
+
+int main(int argc, char** argv) {
+  if (!tessera::bench::parse_flags(argc, argv)) return 1;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // Builds the workload (and opens the device) before any benchmark runs, so that a device or
+  // flag error ends the run with its message instead of skipping every benchmark.
+  try {
+    tessera::bench::workload();
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

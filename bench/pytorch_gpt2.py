@@ -4,11 +4,18 @@
 The model is written out with torch.nn like llm.c's train_gpt2.py: tanh GELU, tied
 embeddings, causal scaled_dot_product_attention, the vocabulary padded to 50304. It times
 forward + backward + AdamW and prints one JSON line: ms per step, tokens/s, GFLOP/s and
-peak RSS.
+peak RSS (and, on cuda, TFLOP/s, MFU against --peak-tflops and the peak device memory).
+
+--dtype bf16 is PyTorch's usual mixed precision: fp32 parameters and AdamW state, the forward
+and the loss under torch.autocast(bf16) (GEMMs and attention in bf16, layernorm and the loss in
+fp32). On cuda AdamW is the fused one where this PyTorch has it, the step is timed between
+torch.cuda.synchronize() calls, and nothing is compiled: the reference is eager PyTorch.
 
 Usage: pytorch_gpt2.py [--layers 12 --heads 12 --width 768 --batch 4 --seq 64 --steps 6]
+                       [--device cpu|cuda] [--dtype fp32|bf16] [--peak-tflops 989]
 """
 import argparse
+import contextlib
 import json
 import math
 import resource
@@ -65,6 +72,17 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
 
+def make_adamw(params, device):
+    """AdamW with the benchmark's hyperparameters; the fused kernel on cuda where available."""
+    kwargs = dict(lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    if device == "cuda":
+        try:
+            return torch.optim.AdamW(params, fused=True, **kwargs), "fused"
+        except (TypeError, RuntimeError):
+            pass
+    return torch.optim.AdamW(params, **kwargs), "default"
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--layers", type=int, default=12)
@@ -77,22 +95,35 @@ def main():
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--peak-tflops", type=float, default=989.0,
+                   help="peak for MFU on cuda (default: H200 SXM dense bf16, NVIDIA datasheet)")
     a = p.parse_args()
 
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("pytorch_gpt2.py: --device cuda, but torch.cuda.is_available() is False")
     torch.manual_seed(0)
     torch.set_num_threads(a.threads)
-    model = GPT(a.vocab, a.block_size, a.layers, a.heads, a.width)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-8,
-                            weight_decay=0.0)
-    idx = torch.randint(0, 50257, (a.batch, a.seq))
-    targets = torch.randint(0, 50257, (a.batch, a.seq))
+    model = GPT(a.vocab, a.block_size, a.layers, a.heads, a.width).to(a.device)
+    opt, adamw_kind = make_adamw(model.parameters(), a.device)
+    # Ids from GPT-2's real vocabulary (the padded rows are never drawn), or a smaller one.
+    ids = min(50257, a.vocab)
+    idx = torch.randint(0, ids, (a.batch, a.seq)).to(a.device)
+    targets = torch.randint(0, ids, (a.batch, a.seq)).to(a.device)
+    autocast = (torch.autocast(device_type=a.device, dtype=torch.bfloat16)
+                if a.dtype == "bf16" else contextlib.nullcontext())
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
     times = []
     for step in range(a.warmup + a.steps):
+        sync()
         t0 = time.perf_counter()
-        loss = model(idx, targets)
+        with autocast:
+            loss = model(idx, targets)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        sync()
         dt = time.perf_counter() - t0
         if step >= a.warmup:
             times.append(dt)
@@ -102,13 +133,22 @@ def main():
     # nanoGPT's estimate, as bench_train_step counts it: 6N + 12*L*C*T FLOPs per token, with N
     # the parameters less the position table.
     flops_per_token = 6 * (params - a.block_size * a.width) + 12 * a.layers * a.width * a.seq
-    print(json.dumps({
+    flops_per_s = flops_per_token * a.batch * a.seq / median
+    result = {
         "impl": "pytorch-eager", "torch": torch.__version__, "threads": a.threads,
+        "device": a.device, "dtype": a.dtype, "adamw": adamw_kind,
         "params": params, "batch": a.batch, "seq": a.seq,
         "ms_per_step": median * 1e3, "tokens_per_s": a.batch * a.seq / median,
-        "gflops_per_s": flops_per_token * a.batch * a.seq / median / 1e9,
-        "loss": loss.item(), "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }))
+        "gflops_per_s": flops_per_s / 1e9, "tflops_per_s": flops_per_s / 1e12,
+        "loss": loss.item(),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    if a.device == "cuda":
+        result["gpu"] = torch.cuda.get_device_name()
+        result["mfu"] = flops_per_s / (a.peak_tflops * 1e12)
+        result["peak_tflops"] = a.peak_tflops
+        result["peak_device_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

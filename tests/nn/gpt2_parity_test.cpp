@@ -8,72 +8,13 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
-#include <string>
-
-#include <nlohmann/json.hpp>
-
-#include "tessera/nn/io/hf_gpt2.h"
-#include "tessera/nn/io/safetensors.h"
-#include "tessera/nn/nn.h"
-#include "tessera/tessera.h"
+#include "nn/gpt2_parity_fixture.h"
 
 namespace tessera::nn {
 namespace {
 
-const std::string kFixture = std::string(TESSERA_TEST_FIXTURES) + "/nn/fixtures/gpt2_parity";
-
-// Largest |a - b| relative to the largest |b| of the tensor. Normwise rather than elementwise:
-// a gradient holds entries near zero whose elementwise relative error says nothing about the
-// computation (they are differences of larger terms), while the error relative to the tensor's
-// scale is what a wrong formula or a lost term would move.
-double relative_error(const Tensor& ours, const Tensor& theirs) {
-  const std::vector<double> a = to_vector<double>(ops::cast(ours, DType::f64));
-  const std::vector<double> b = to_vector<double>(ops::cast(theirs, DType::f64));
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
-
-class Gpt2Parity : public ::testing::Test {
- protected:
-  void SetUp() override {
-    weights_ = import_hf_gpt2(kFixture, &config_);
-    golden_ = read_safetensors(kFixture + "/golden.safetensors");
-    inputs_ = golden("inputs");
-    targets_ = golden("targets");
-  }
-
-  Tensor golden(const std::string& name) const {
-    Tensor t = find_tensor(golden_.tensors, name);
-    EXPECT_TRUE(t.defined()) << "golden.safetensors lacks " << name;
-    return t;
-  }
-
-  std::string metadata(const std::string& key) const {
-    for (const auto& [k, v] : golden_.metadata)
-      if (k == key) return v;
-    ADD_FAILURE() << "golden.safetensors metadata lacks " << key;
-    return "";
-  }
-
-  std::unique_ptr<GPT> model() const {
-    auto m = std::make_unique<GPT>(config_);
-    m->load_state_dict(weights_);
-    m->eval();  // the fixture's dropout rates are 0; eval makes that independent of the config
-    return m;
-  }
-
-  GPTConfig config_;
-  StateDict weights_;
-  SafetensorsFile golden_;
-  Tensor inputs_, targets_;
-};
+using testing::relative_error;
+using Gpt2Parity = testing::Gpt2ParityFixture;
 
 TEST_F(Gpt2Parity, FixtureImportsAsAPaddedTiedGpt2) {
   EXPECT_EQ(config_.n_layer, 2);
@@ -113,13 +54,7 @@ TEST_F(Gpt2Parity, EveryGradientMatchesPyTorch) {
   auto m = model();
   m->loss(inputs_, targets_).backward();
 
-  StateDict hf_grads;
-  for (const auto& [name, t] : golden_.tensors)
-    if (name.starts_with("grad.")) hf_grads.emplace_back(name.substr(5), t);
-  HfGpt2Options options;
-  options.n_head = config_.n_head;
-  const StateDict want =
-      hf_gpt2_to_tessera(hf_grads, nullptr, options, "golden gradients", nullptr);
+  const StateDict want = golden_gradients();
 
   const StateDict params = m->named_parameters();
   ASSERT_EQ(params.size(), want.size());
@@ -144,14 +79,8 @@ TEST_F(Gpt2Parity, EveryGradientMatchesPyTorch) {
 // in the gradients barely change, so the losses stay close to the first one. Measured: 1.0e-7
 // at step 0 growing to 9.9e-7 at step 4, still 10x inside the tolerance.
 TEST_F(Gpt2Parity, FiveAdamWStepsMatchPyTorch) {
-  const nlohmann::json hp = nlohmann::json::parse(metadata("adamw"));
-  AdamWOptions o;
-  o.lr = hp.at("lr").get<double>();
-  o.beta1 = hp.at("betas").at(0).get<double>();
-  o.beta2 = hp.at("betas").at(1).get<double>();
-  o.eps = hp.at("eps").get<double>();
-  o.weight_decay = hp.at("weight_decay").get<double>();
-  const int steps = std::stoi(metadata("steps"));
+  const AdamWOptions o = adamw_options();
+  const int steps = adamw_steps();
 
   auto m = model();
   AdamW opt(decay_groups(m->named_parameters(), o.weight_decay), o);
