@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "tessera/core/backend.h"
 #include "tessera/core/ops/creation.h"
@@ -16,6 +17,7 @@
 #include "tessera/core/ops/movement.h"
 #include "tessera/core/random.h"
 #include "tessera/core/tensor.h"
+#include "tests/cuda/kernel_compare.h"
 #include "tests/cuda/sim_tensor.h"
 
 namespace tessera::cuda::testing {
@@ -74,22 +76,9 @@ inline Backend& cpu_backend() {
 }
 
 // Every element of the device buffer within atol + rtol * |expected| of the host buffer (NaN
-// matches NaN), reporting the first few mismatches.
+// matches NaN, an infinity only itself).
 inline void expect_near(const Mirror& m, double rtol, double atol, const std::string& what) {
-  const Tensor got = ops::cast(sim_to_host(m.dev_buf), DType::f64);
-  const Tensor want = ops::cast(m.host_buf, DType::f64);
-  const double* g = got.data<double>();
-  const double* w = want.data<double>();
-  int failures = 0;
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    const bool both_nan = std::isnan(g[i]) && std::isnan(w[i]);
-    const bool ok =
-        both_nan || g[i] == w[i] || std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]);
-    if (!ok && failures++ < 5)
-      ADD_FAILURE() << what << ": element " << i << " of the buffer: device " << g[i] << ", cpu "
-                    << w[i];
-  }
-  EXPECT_EQ(failures, 0) << what << ": " << failures << " mismatches";
+  expect_close(sim_to_host(m.dev_buf), m.host_buf, atol, rtol, what);
 }
 
 // The device buffer has exactly the host buffer's bytes.
