@@ -39,8 +39,6 @@ template <class... Parts>
 parallel::ParallelConfig parallel_config(const TrainOptions& o, const nn::GPTConfig& model,
                                          int world_size) {
   if (o.device != "cpu") refuse("a parallel layout runs on the CPU; got --device ", o.device);
-  if (o.precision != "fp32")
-    refuse("a parallel layout trains in fp32; got --precision ", o.precision);
   if (o.optimizer != "adamw")
     refuse("a parallel layout trains with adamw; got --optimizer ", o.optimizer);
   parallel::ParallelConfig p;
@@ -57,10 +55,15 @@ parallel::ParallelConfig parallel_config(const TrainOptions& o, const nn::GPTCon
       .lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay};
   p.lr_schedule = o.lr_schedule();
   p.max_grad_norm = o.grad_clip;
+  p.precision = o.precision_policy();
+  p.loss_scaler = o.loss_scaler();
   std::string why = parallel::layout_error(p, model, world_size);
   if (!why.empty() && p.mesh.world_size() != world_size)
     why += str_cat(" (start it as mpiexec -n ", p.mesh.world_size(), " tessera train ...)");
   if (!why.empty()) refuse(why);
+  if (!o.val_data.empty() && o.batch_size % o.dp != 0)
+    refuse("validation splits each --batch-size ", o.batch_size, " batch over dp ", o.dp,
+           ", which does not divide it");
   return p;
 }
 
@@ -102,23 +105,24 @@ bool agree_on_stop(Communicator& world, const std::atomic<bool>& stop) {
   return flag.item<double>() > 0;
 }
 
-// Rank 0 publishes the gathered model (single-process format, the layout in state.json); then
-// the first dp rank of each model part writes that part's optimizer state into the same
-// directory. Returns the checkpoint's name. Collective over world.
+// Rank 0 publishes the gathered model and optimizer state, a single-process checkpoint with the
+// layout in state.json. Returns the checkpoint's name. Collective over world.
 std::string save(ParallelTrainer& trainer, Communicator& world, const TrainOptions& o,
                  const data::DataLoader& train) {
   const int64_t step = trainer.steps_done();
   nn::StateDict model = trainer.gather_full_state();
-  nn::OptimizerState optimizer = trainer.data_parallel().optimizer_state();
-  const parallel::DeviceMesh& mesh = trainer.mesh();
+  nn::OptimizerState optimizer = trainer.gather_full_optimizer_state();
   const parallel::ParallelConfig& pc = trainer.config();
   if (world.rank() == 0) {
     nn::CheckpointData data;
     data.step = step;
     data.model = std::move(model);
+    data.optimizer = std::move(optimizer.tensors);
     data.state = {{"options", o.to_json()},
+                  {"optimizer", optimizer.scalars},
                   {"model_config", trainer.model_config().to_json()},
                   {"loader", train.state().to_json()},
+                  {"precision", trainer.precision().state()},
                   {"parallel",
                    {{"dp", pc.mesh.dp},
                     {"tp", pc.mesh.tp},
@@ -129,12 +133,7 @@ std::string save(ParallelTrainer& trainer, Communicator& world, const TrainOptio
     nn::save_checkpoint(o.run_dir, data, o.keep_checkpoints);
   }
   world.barrier();
-  const std::string name = nn::checkpoint_name(step);
-  if (mesh.dp_rank() == 0)
-    save_optimizer_part((fs::path(nn::checkpoints_dir(o.run_dir)) / name).string(), mesh.pp_rank(),
-                        mesh.tp_rank(), optimizer);
-  world.barrier();
-  return name;
+  return nn::checkpoint_name(step);
 }
 
 TrainResult train(const TrainOptions& o, const nn::GPTConfig& config,
@@ -147,6 +146,8 @@ TrainResult train(const TrainOptions& o, const nn::GPTConfig& config,
   for (const auto& chunk : trainer.chunks()) chunk->set_dropout_seed(o.seed);
   if (!imported.empty()) trainer.load_full_state(imported);
   std::unique_ptr<data::DataLoader> loader = make_loader(o, o.train_data, config.vocab_size, true);
+  std::unique_ptr<data::DataLoader> val;
+  if (!o.val_data.empty()) val = make_loader(o, o.val_data, config.vocab_size, false);
 
   TrainResult result;
   std::string optimizer_note;
@@ -155,16 +156,15 @@ TrainResult train(const TrainOptions& o, const nn::GPTConfig& config,
     trainer.load_full_state(resume->data.model);
     const std::string saved_optimizer =
         state.contains("options") ? state["options"].value("optimizer", "adamw") : "adamw";
-    std::optional<nn::OptimizerState> opt;
     if (saved_optimizer != "adamw") {
       optimizer_note = str_cat("the checkpoint's optimizer is ", saved_optimizer);
     } else {
-      const ModelSplit split{o.tp, o.pp, o.virtual_stages};
-      opt = load_optimizer_part(*resume, split, trainer.mesh().pp_rank(), trainer.mesh().tp_rank(),
-                                &optimizer_note);
+      // Gathered whichever layout (or one process) wrote it: every rank loads its slices.
+      optimizer_note = restore_optimizer(
+          *resume, [&](const nn::OptimizerState& opt) { trainer.load_full_optimizer_state(opt); });
     }
-    if (opt) trainer.data_parallel().load_optimizer_state(*opt);
     loader->restore(data::LoaderState::from_json(state.at("loader")));
+    if (state.contains("precision")) trainer.precision().load_state(state["precision"]);
     trainer.set_step(resume->data.step);
     if (rank0) MetricsLog::truncate_after(metrics_path(o), resume->data.step);
     result.checkpoint = nn::checkpoint_name(resume->data.step);
@@ -192,10 +192,7 @@ TrainResult train(const TrainOptions& o, const nn::GPTConfig& config,
         << fpt / 1e6 << " M | threads: " << threads << " per rank x " << world->size()
         << " ranks\nlayout: " << trainer.describe() << "\n"
         << "MFU is against a peak of " << peak_text << "\n"
-        << "device: cpu | precision: fp32\n";
-    if (!o.val_data.empty())
-      out << "validation: skipped under a parallel layout (the engine has no forward-only "
-             "pass); --val-data is ignored\n";
+        << "device: cpu | precision: " << precision_banner(o) << "\n";
     if (resume)
       out << "resuming from " << o.run_dir << "/checkpoints/" << result.checkpoint << "\n";
     if (!optimizer_note.empty())
@@ -215,6 +212,12 @@ TrainResult train(const TrainOptions& o, const nn::GPTConfig& config,
     m.loss = result.final_loss = st.loss;
     m.lr = st.lr;
     m.grad_norm = st.grad_norm;
+    m.precision = o.precision;
+    if (const nn::DynamicLossScaler* scaler = trainer.precision().scaler()) {
+      m.loss_scale = st.loss_scale;
+      m.skipped = !st.finite;
+      m.skipped_steps = scaler->skipped_steps();
+    }
     m.ms = st.seconds * 1e3;
     m.tokens_per_s = double(tokens_per_step) / st.seconds;
     m.mfu = peak > 0 ? fpt * m.tokens_per_s / (peak * 1e9) : 0.0;
@@ -224,9 +227,15 @@ TrainResult train(const TrainOptions& o, const nn::GPTConfig& config,
     m.rss_bytes = process_rss_bytes();
     m.parallel = ParallelMetrics{st.bubble, gather_rank_metrics(*world, st)};
     const bool last = step == o.max_steps;
+    if (val && ((o.eval_every > 0 && step % o.eval_every == 0) || last)) {
+      m.val_loss = validation_loss(
+          *val, o, [&](const data::Batch& v) { return trainer.evaluate(v.inputs, v.targets); });
+      result.final_val_loss = m.val_loss;
+    }
     if (rank0) {
       log->append(m.to_json());
-      if (step % o.log_every == 0 || last) out << m.console_line(o.max_steps) << "\n" << std::flush;
+      if (step % o.log_every == 0 || last || m.val_loss)
+        out << m.console_line(o.max_steps) << "\n" << std::flush;
     }
     const bool stopping = agree_on_stop(*world, stop);
     if ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || last || stopping)

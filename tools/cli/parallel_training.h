@@ -9,14 +9,13 @@
 // does not fit is found on every rank before any collective and raised as LayoutError (one
 // line, exit 2, no rank left waiting). Only rank 0 prints and writes metrics.jsonl.
 //
-// Checkpoints: rank 0 writes the gathered single-process model state in the single-process
-// format (so generate, ckpt and a single-process resume read it), with the layout in
-// state.json; then the first dp rank of each (pp, tp) part writes that part's optimizer state
-// beside it (train_common.h). Resuming restores the model under any layout and the optimizer
-// under the same tp, pp and virtual stages (otherwise it says so and starts it from zero).
+// Checkpoints: rank 0 writes the gathered model and AdamW state in the single-process format
+// (so generate, ckpt and a single-process resume read it), with the layout in state.json.
+// Resuming restores both under any layout, whichever layout (or one process) wrote them.
 //
-// Validation is not run under a parallel layout: the engine has a training step but no
-// forward-only pass. The banner says so.
+// Validation (--val-data) runs as in one process, at the same steps over the same batches:
+// each batch's loss is ParallelTrainer::evaluate's forward-only pass, each --batch-size batch
+// split over dp (so dp must divide --batch-size).
 
 #include <atomic>
 #include <iosfwd>

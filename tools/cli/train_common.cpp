@@ -1,5 +1,6 @@
 #include "cli/train_common.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <ostream>
 
@@ -8,8 +9,6 @@
 namespace tessera::cli {
 
 namespace {
-
-constexpr const char* kScalarsKey = "optimizer_scalars";
 
 // Options that must not change when resuming, because they define the data order or the
 // model; the rest (max_steps, logging, the layout, ...) may.
@@ -23,6 +22,19 @@ void check_resumable(const TrainOptions& now, const nlohmann::json& saved) {
 }
 
 }  // namespace
+
+std::string precision_banner(const TrainOptions& o) {
+  switch (o.precision_policy()) {
+    case nn::Precision::bf16:
+      return "bf16 (bf16 weights and activations; fp32 master weights, optimizer state and loss)";
+    case nn::Precision::fp16:
+      return str_cat("fp16 (fp16 weights and activations; fp32 master weights, optimizer state ",
+                     "and loss; dynamic loss scale from ", o.loss_scale_init, ", doubling after ",
+                     o.loss_scale_window, " clean steps)");
+    default:
+      return "fp32";
+  }
+}
 
 std::string metrics_path(const TrainOptions& o) {
   return o.run_dir + "/metrics.jsonl";
@@ -69,62 +81,28 @@ std::unique_ptr<data::DataLoader> make_loader(const TrainOptions& o, const std::
   return std::make_unique<data::DataLoader>(pattern, lo);
 }
 
-std::string ModelSplit::describe() const {
-  return str_cat("tp", tp, " x pp", pp, " (V ", virtual_stages, ")");
+double validation_loss(data::DataLoader& val, const TrainOptions& o,
+                       const std::function<double(const data::Batch&)>& loss) {
+  val.reset();
+  const int64_t n = std::min<int64_t>(o.eval_batches, val.batches_per_epoch());
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += loss(val.next());
+  return total / double(std::max<int64_t>(n, 1));
 }
 
-ModelSplit checkpoint_split(const nn::CheckpointData& checkpoint) {
-  ModelSplit s;
-  if (!checkpoint.state.contains("parallel")) return s;
-  const nlohmann::json& p = checkpoint.state["parallel"];
-  TESSERA_CHECK(p.is_object() && p.value("tp", nlohmann::json()).is_number_integer() &&
-                    p.value("pp", nlohmann::json()).is_number_integer() &&
-                    p.value("virtual_stages", nlohmann::json()).is_number_integer(),
-                "train: checkpoint of step ", checkpoint.step,
-                ": 'parallel' in state.json needs integers tp, pp and virtual_stages, got ",
-                p.dump());
-  s.tp = p["tp"].get<int64_t>();
-  s.pp = p["pp"].get<int64_t>();
-  s.virtual_stages = p["virtual_stages"].get<int64_t>();
-  return s;
-}
-
-std::string optimizer_part_file(int pp_rank, int tp_rank) {
-  return str_cat("optimizer_pp", pp_rank, "_tp", tp_rank, ".safetensors");
-}
-
-std::optional<nn::OptimizerState> load_optimizer_part(const ResumePoint& resume,
-                                                      const ModelSplit& split, int pp_rank,
-                                                      int tp_rank, std::string* why) {
-  const ModelSplit saved = checkpoint_split(resume.data);
-  if (!(saved == split)) {
-    *why = str_cat("the checkpoint was written under ", saved.describe(), " and this run is ",
-                   split.describe(), ", which divides the optimizer state differently");
-    return std::nullopt;
+std::string restore_optimizer(const ResumePoint& resume,
+                              const std::function<void(const nn::OptimizerState&)>& load) {
+  const nlohmann::json& state = resume.data.state;
+  if (!state.contains("optimizer") || resume.data.optimizer.empty())
+    return "the checkpoint holds no optimizer state";
+  try {
+    load(nn::OptimizerState{resume.data.optimizer, state["optimizer"]});
+  } catch (const Error& e) {
+    detail::throw_error(
+        "train: ", (std::filesystem::path(resume.dir) / "optimizer.safetensors").string(),
+        " (with state.json's \"optimizer\"): ", e.what());
   }
-  if (!resume.data.state.contains("parallel"))
-    return nn::OptimizerState{resume.data.optimizer, resume.data.state.at("optimizer")};
-  const std::string path =
-      (std::filesystem::path(resume.dir) / optimizer_part_file(pp_rank, tp_rank)).string();
-  TESSERA_CHECK(std::filesystem::is_regular_file(path), "train: ", path,
-                " is missing (the optimizer state of model part pp ", pp_rank, " tp ", tp_rank,
-                "); resume with --resume never, or from an earlier checkpoint");
-  nn::SafetensorsFile file = nn::read_safetensors(path);
-  for (const auto& [key, value] : file.metadata) {
-    if (key != kScalarsKey) continue;
-    nlohmann::json scalars = nlohmann::json::parse(value, nullptr, false);
-    TESSERA_CHECK(!scalars.is_discarded(), "train: ", path, ": its '", kScalarsKey,
-                  "' metadata is not valid JSON");
-    return nn::OptimizerState{std::move(file.tensors), std::move(scalars)};
-  }
-  detail::throw_error("train: ", path, " has no '", kScalarsKey, "' metadata");
-}
-
-void save_optimizer_part(const std::string& checkpoint_dir, int pp_rank, int tp_rank,
-                         const nn::OptimizerState& state) {
-  nn::write_safetensors(
-      (std::filesystem::path(checkpoint_dir) / optimizer_part_file(pp_rank, tp_rank)).string(),
-      state.tensors, {{kScalarsKey, state.scalars.dump()}});
+  return "";
 }
 
 void print_samples(nn::GPT& net, const nn::GPTConfig& config, const data::Tokenizer& tokenizer,

@@ -1,18 +1,17 @@
 #pragma once
 // Shared by the single-process trainer (trainer.cpp) and the parallel one
 // (parallel_training.cpp): the model config a run trains, the checkpoint it resumes from, its
-// data loaders, the optimizer state of a checkpoint for one part of the model, and the samples
-// printed at the end.
+// data loaders, the validation loss, the restore of a checkpoint's optimizer state, and the
+// samples printed at the end.
 //
-// Optimizer state in checkpoints: a single-process checkpoint holds the whole model's in
-// optimizer.safetensors (scalars in state.json). A parallel one records its layout in
-// state.json under "parallel" and holds one file per model part, optimizer_pp<P>_tp<T>
-// .safetensors (scalars in its metadata), each nn::AdamW's format over that part's
-// parameters. The data-parallel axis and the ZeRO stage do not change a part's state (it is
-// gathered over dp), so a run resumes it under any dp and ZeRO stage, but only under the same
-// tp, pp and virtual stages.
+// Optimizer state in checkpoints: every checkpoint, single-process or parallel, holds the whole
+// model's in optimizer.safetensors (scalars in state.json under "optimizer"), in the format of
+// nn::AdamW over nn::GPT(config): a parallel run gathers it (ParallelTrainer::
+// gather_full_optimizer_state) and loads its slices under any layout, so a run resumes it under
+// any dp, tp, pp, virtual stages and ZeRO stage, or in one process, whichever wrote it.
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -24,6 +23,10 @@
 #include "tessera/tessera.h"
 
 namespace tessera::cli {
+
+// The startup banner's account of --precision: "fp32", or what bf16/fp16 keep in which dtype
+// (and fp16's loss-scale settings).
+std::string precision_banner(const TrainOptions& o);
 
 // <run_dir>/metrics.jsonl
 std::string metrics_path(const TrainOptions& o);
@@ -47,28 +50,16 @@ nn::GPTConfig resolve_config(const TrainOptions& o, const data::Tokenizer& token
 std::unique_ptr<data::DataLoader> make_loader(const TrainOptions& o, const std::string& pattern,
                                               int64_t vocab_size, bool shuffle);
 
-// How a model is divided into parts that each hold their own optimizer state.
-struct ModelSplit {
-  int64_t tp = 1, pp = 1, virtual_stages = 1;
-  bool operator==(const ModelSplit&) const = default;
-  std::string describe() const;  // "tp2 x pp2 (V 1)"
-};
+// The validation loss: the mean of `loss` over the first min(--eval-batches, one epoch)
+// batches of `val`, rewound first.
+double validation_loss(data::DataLoader& val, const TrainOptions& o,
+                       const std::function<double(const data::Batch&)>& loss);
 
-// The split a checkpoint was written under (a single-process one: 1, 1, 1).
-ModelSplit checkpoint_split(const nn::CheckpointData& checkpoint);
-
-// "optimizer_pp0_tp1.safetensors"
-std::string optimizer_part_file(int pp_rank, int tp_rank);
-
-// The optimizer state of part (pp_rank, tp_rank) of `split` in `resume`, or nullopt with the
-// reason in *why when the checkpoint was written under another split.
-std::optional<nn::OptimizerState> load_optimizer_part(const ResumePoint& resume,
-                                                      const ModelSplit& split, int pp_rank,
-                                                      int tp_rank, std::string* why);
-
-// Writes what load_optimizer_part reads, atomically, into a parallel checkpoint's directory.
-void save_optimizer_part(const std::string& checkpoint_dir, int pp_rank, int tp_rank,
-                         const nn::OptimizerState& state);
+// Restores a checkpoint's optimizer state through `load`; an error it throws is rethrown as one
+// line naming the checkpoint's optimizer file. Returns why nothing was restored (a checkpoint
+// without optimizer state), or "" when it was.
+std::string restore_optimizer(const ResumePoint& resume,
+                              const std::function<void(const nn::OptimizerState&)>& load);
 
 // --sample-tokens tokens from `net` after training, --num-samples times.
 void print_samples(nn::GPT& net, const nn::GPTConfig& config, const data::Tokenizer& tokenizer,

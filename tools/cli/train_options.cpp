@@ -45,6 +45,7 @@ void for_each_field(Options& o, F&& f) {
   f("precision", o.precision);
   f("loss_scale_init", o.loss_scale_init);
   f("loss_scale_window", o.loss_scale_window);
+  f("stochastic_rounding", o.stochastic_rounding);
   f("peak_gflops", o.peak_gflops);
   f("dp", o.dp);
   f("tp", o.tp);
@@ -156,6 +157,14 @@ void TrainOptions::validate() const {
   TESSERA_CHECK(std::isfinite(loss_scale_init) && loss_scale_init >= 1,
                 "train: --loss-scale-init must be finite and >= 1, got ", loss_scale_init);
   positive(loss_scale_window, "loss-scale-window");
+  if (stochastic_rounding) {
+    TESSERA_CHECK(precision == "bf16", "train: --stochastic-rounding rounds the fp32 master ",
+                  "weights to bf16, so it needs --precision bf16, got '", precision, "'");
+    TESSERA_CHECK(optimizer == "adamw", "train: --stochastic-rounding is done by the fused AdamW ",
+                  "update, so it needs --optimizer adamw, got '", optimizer, "'");
+    TESSERA_CHECK(!parallel(), "train: --stochastic-rounding is for the single-process trainer; ",
+                  "this layout (dp ", dp, ", tp ", tp, ", pp ", pp, ") runs the parallel one");
+  }
   TESSERA_CHECK(threads >= 0, "train: --threads must be >= 0, got ", threads);
   TESSERA_CHECK(lr > 0, "train: --lr must be positive, got ", lr);
   TESSERA_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "train: --min-lr-ratio must be in [0, 1], ",

@@ -37,19 +37,6 @@ struct Session {
   nn::GPT& net() { return compute ? *compute : *model; }
 };
 
-std::string precision_banner(const TrainOptions& o) {
-  switch (o.precision_policy()) {
-    case nn::Precision::bf16:
-      return "bf16 (bf16 weights and activations; fp32 master weights, optimizer state and loss)";
-    case nn::Precision::fp16:
-      return str_cat("fp16 (fp16 weights and activations; fp32 master weights, optimizer state ",
-                     "and loss; dynamic loss scale from ", o.loss_scale_init, ", doubling after ",
-                     o.loss_scale_window, " clean steps)");
-    default:
-      return "fp32";
-  }
-}
-
 std::unique_ptr<nn::Optimizer> make_optimizer(const TrainOptions& o, const nn::GPT& model) {
   if (o.optimizer == "sgd") {
     nn::SGDOptions s;
@@ -70,15 +57,11 @@ std::unique_ptr<nn::Optimizer> make_optimizer(const TrainOptions& o, const nn::G
 double evaluate(Session& s, const TrainOptions& o) {
   NoGradGuard no_grad;
   s.net().eval();
-  s.val->reset();
-  int64_t n = std::min<int64_t>(o.eval_batches, s.val->batches_per_epoch());
-  double total = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    data::Batch b = s.val->next();
-    total += s.net().loss(ops::to(b.inputs, s.device), ops::to(b.targets, s.device)).item<float>();
-  }
+  const double loss = validation_loss(*s.val, o, [&](const data::Batch& b) {
+    return s.net().loss(ops::to(b.inputs, s.device), ops::to(b.targets, s.device)).item<float>();
+  });
   s.net().train();
-  return total / double(std::max<int64_t>(n, 1));
+  return loss;
 }
 
 std::string save(Session& s, const TrainOptions& o) {
@@ -103,7 +86,11 @@ Trainer::Trainer(TrainOptions options, std::ostream& out)
 TrainResult Trainer::run() {
   const TrainOptions& o = options_;
   o.validate();
-  if (o.parallel() || mpi_world_size() > 1) return run_parallel_training(o, out_, stop_requested_);
+  if (o.parallel() || mpi_world_size() > 1) {
+    TESSERA_CHECK(!o.stochastic_rounding, "train: --stochastic-rounding is for the single-process ",
+                  "trainer; this run has ", mpi_world_size(), " processes");
+    return run_parallel_training(o, out_, stop_requested_);
+  }
   if (o.threads > 0) set_num_threads(o.threads);
   const Device device = open_train_device(o.device);
   fs::create_directories(o.run_dir);
@@ -135,13 +122,12 @@ TrainResult Trainer::run() {
   // Rounds the master weights (fresh, imported or resumed) into the compute model.
   s.precision = std::make_unique<nn::MixedPrecision>(precision, s.model->named_parameters(),
                                                      s.net().named_parameters(), o.loss_scaler());
+  if (o.stochastic_rounding) s.precision->set_stochastic_rounding(o.seed);
   std::string optimizer_note;
   if (resume) {
-    // A checkpoint of a parallel run resumes the model here; its optimizer state only when it
-    // was written by a dp-only layout (one model part).
-    if (std::optional<nn::OptimizerState> opt =
-            load_optimizer_part(*resume, ModelSplit{}, 0, 0, &optimizer_note))
-      s.optimizer->load_state_dict(*opt);
+    // Whichever layout wrote the checkpoint, its optimizer state is this format.
+    optimizer_note = restore_optimizer(
+        *resume, [&](const nn::OptimizerState& opt) { s.optimizer->load_state_dict(opt); });
     const nlohmann::json& state = resume->data.state;
     s.train->restore(data::LoaderState::from_json(state.at("loader")));
     s.step = resume->data.step;

@@ -108,6 +108,16 @@ std::vector<Entry> all_entries(const std::vector<std::shared_ptr<nn::GPT>>& chun
 
 nn::StateDict gather_model_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks,
                                  const DeviceMesh& mesh) {
+  std::vector<nn::StateDict> params;
+  for (const auto& chunk : chunks) params.push_back(chunk->named_parameters());
+  return gather_parameter_tensors(chunks, mesh, params);
+}
+
+nn::StateDict gather_parameter_tensors(const std::vector<std::shared_ptr<nn::GPT>>& chunks,
+                                       const DeviceMesh& mesh,
+                                       const std::vector<nn::StateDict>& local) {
+  TESSERA_CHECK(local.size() == chunks.size(), "gather_parameter_tensors: ", local.size(),
+                " tensor lists for ", chunks.size(), " chunks");
   const int pp = mesh.shape().pp, stages = pp * int(chunks.size());
   nn::StateDict out;
   for (int s = 0; s < stages; ++s) {
@@ -117,8 +127,11 @@ nn::StateDict gather_model_state(const std::vector<std::shared_ptr<nn::GPT>>& ch
     if (mesh.pp_rank() == owner) {
       const nn::GPT& chunk = *chunks[size_t(s / pp)];
       entries = local_entries(chunk, mesh.shape().tp);
-      const nn::StateDict full = tp::gather_full_state_dict(chunk, mesh.tp());
-      for (const Entry& e : entries) part.emplace_back(e.name, nn::find_tensor(full, e.name));
+      for (const Entry& e : entries) {
+        const Tensor t = nn::find_tensor(local[size_t(s / pp)], e.name);
+        TESSERA_CHECK(t.defined(), "gather_parameter_tensors: no tensor for '", e.name, "'");
+        part.emplace_back(e.name, tp::gather_full(t, chunk.param_meta(e.name), mesh.tp()));
+      }
     }
     entries = broadcast_entries(entries, owner, mesh.pp());
     for (size_t i = 0; i < entries.size(); ++i) {
@@ -132,28 +145,27 @@ nn::StateDict gather_model_state(const std::vector<std::shared_ptr<nn::GPT>>& ch
 }
 
 void check_model_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks, const DeviceMesh& mesh,
-                       const nn::StateDict& full) {
+                       const nn::StateDict& full, const std::string& what) {
   // Every rank knows every expected name and shape, so every rank reaches the same verdict.
   const std::vector<Entry> expected = all_entries(chunks, mesh);
   std::map<std::string, const Tensor*> given;
   for (const auto& [name, t] : full) {
-    TESSERA_CHECK(given.emplace(name, &t).second, "load_full_state: '", name,
+    TESSERA_CHECK(given.emplace(name, &t).second, what, ": '", name,
                   "' appears twice in the state dict");
   }
   std::set<std::string> known;
   for (const Entry& e : expected) {
     known.insert(e.name);
     auto it = given.find(e.name);
-    TESSERA_CHECK(it != given.end(), "load_full_state: the state dict has no '", e.name, "' (",
-                  full.size(), " tensors given, the model has ", expected.size(), ")");
+    TESSERA_CHECK(it != given.end(), what, ": the state dict has no '", e.name, "' (", full.size(),
+                  " tensors given, the model has ", expected.size(), ")");
     const Tensor& t = *it->second;
-    TESSERA_CHECK(t.defined() && t.shape() == e.shape && t.dtype() == e.dtype, "load_full_state: '",
-                  e.name, "' is ", t.defined() ? t.describe() : std::string("undefined"),
+    TESSERA_CHECK(t.defined() && t.shape() == e.shape && t.dtype() == e.dtype, what, ": '", e.name,
+                  "' is ", t.defined() ? t.describe() : std::string("undefined"),
                   " but the model needs ", dtype_name(e.dtype), e.shape.to_string());
   }
   for (const auto& [name, t] : full)
-    TESSERA_CHECK(known.count(name), "load_full_state: '", name,
-                  "' is not a parameter of this model");
+    TESSERA_CHECK(known.count(name), what, ": '", name, "' is not a parameter of this model");
 }
 
 void load_model_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks, const DeviceMesh& mesh,

@@ -9,6 +9,7 @@
 // (at ZeRO-3, gathered: DataParallel::gather_parameters()).
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tessera/nn/gpt.h"
@@ -20,11 +21,18 @@ namespace tessera::parallel {
 nn::StateDict gather_model_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks,
                                  const DeviceMesh& mesh);
 
+// gather_model_state for other tensors shaped and split like the chunks' parameters (the
+// optimizer's moments): local[c] holds, under each parameter name of chunk c, its tensor.
+// Collective over the mesh's tp and pp groups.
+nn::StateDict gather_parameter_tensors(const std::vector<std::shared_ptr<nn::GPT>>& chunks,
+                                       const DeviceMesh& mesh,
+                                       const std::vector<nn::StateDict>& local);
+
 // Throws on every rank alike, naming the tensor, unless `full` holds exactly the single-process
 // model's names with its shapes and dtypes (every rank learns them all over pp). Collective
-// over the pp group.
+// over the pp group. `what` starts each message.
 void check_model_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks, const DeviceMesh& mesh,
-                       const nn::StateDict& full);
+                       const nn::StateDict& full, const std::string& what = "load_full_state");
 
 // check_model_state, then loads every chunk's slices of `full` (a tied copy takes wte.weight
 // as well), so nothing is written unless all of it fits. Collective over the pp group.

@@ -8,10 +8,12 @@
 namespace tessera::parallel {
 
 std::string ParallelConfig::describe() const {
+  const std::string dtype =
+      precision == nn::Precision::fp32 ? "" : str_cat(", ", nn::precision_name(precision));
   return str_cat(mesh.to_string(), ", ZeRO-", zero_stage, ", ",
                  mesh.pp > 1 ? schedule_kind_name(schedule) : "no pipeline", " v", virtual_stages,
                  " m", microbatches, sequence_parallel ? ", sequence parallel" : "", ", batch ",
-                 batch_size, " x ", seq_len);
+                 batch_size, " x ", seq_len, dtype);
 }
 
 std::string layout_error(const ParallelConfig& c, const nn::GPTConfig& model, int world_size) {
@@ -58,6 +60,7 @@ std::string layout_error(const ParallelConfig& c, const nn::GPTConfig& model, in
   try {
     c.adamw.validate();
     c.lr_schedule.validate();
+    if (c.precision == nn::Precision::fp16) c.loss_scaler.validate();
   } catch (const std::exception& e) {
     return e.what();
   }

@@ -12,6 +12,7 @@
 #include "tessera/nn/gpt_config.h"
 #include "tessera/nn/lr_schedule.h"
 #include "tessera/nn/optim/adamw.h"
+#include "tessera/nn/optim/mixed_precision.h"
 #include "tessera/parallel/mesh.h"
 #include "tessera/parallel/pipeline/schedule.h"
 
@@ -30,8 +31,12 @@ struct ParallelConfig {
   nn::LRSchedule lr_schedule{.kind = nn::ScheduleKind::constant, .max_lr = 1e-3};
   double max_grad_norm = 1.0;   // global-norm clipping; <= 0: off
   int64_t ignore_index = -100;  // targets to skip in the loss
+  // bf16/fp16: compute chunks in that dtype over fp32 master weights (parallel_precision.h).
+  nn::Precision precision = nn::Precision::fp32;
+  nn::LossScalerOptions loss_scaler;  // fp16 only
 
-  // "dp2 x pp2 x tp2, ZeRO-1, 1f1b v1 m4, sequence parallel, batch 8 x 8"
+  // "dp2 x pp2 x tp2, ZeRO-1, 1f1b v1 m4, sequence parallel, batch 8 x 8" (", bf16" appended
+  // unless fp32)
   std::string describe() const;
 };
 

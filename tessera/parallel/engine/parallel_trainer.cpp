@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 
 #include "tessera/core/allocator.h"
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/parallel/engine/full_model_state.h"
+#include "tessera/parallel/engine/full_optimizer_state.h"
+#include "tessera/parallel/engine/parallel_eval.h"
 #include "tessera/parallel/pipeline/partition.h"
 
 namespace tessera::parallel {
@@ -42,8 +45,9 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
       make_schedule(config_.schedule, shape.pp, config_.virtual_stages, config_.microbatches);
 
   hooks_ = std::make_shared<DeferredUnitHooks>();
-  std::vector<std::shared_ptr<nn::GPT>> chunks;
-  nn::StateDict params;
+  const bool mixed = config_.precision != nn::Precision::fp32;
+  std::vector<std::shared_ptr<nn::GPT>> compute;
+  nn::StateDict params, compute_params;
   for (int c = 0; c < config_.virtual_stages; ++c) {
     nn::ModelParallel mp;
     mp.tp = tp_;
@@ -55,10 +59,21 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
       params.emplace_back(name, p);
       metas_.emplace(name, chunk->param_meta(name));
     }
-    chunks.push_back(std::move(chunk));
+    if (mixed) {
+      // Its parameters are always whole (rounded from the master), so it needs no ZeRO-3 hooks.
+      mp.hooks = nullptr;
+      auto c16 = std::make_shared<nn::GPT>(model_, nn::compute_dtype(config_.precision), mp);
+      for (const auto& [name, p] : c16->named_parameters()) compute_params.emplace_back(name, p);
+      compute.push_back(std::move(c16));
+    }
+    masters_.push_back(std::move(chunk));
+  }
+  if (!mixed) {
+    compute = masters_;
+    compute_params = params;
   }
   const int64_t micro_rows = config_.batch_size / shape.dp / config_.microbatches;
-  stage_ = std::make_unique<GptPipelineStage>(std::move(chunks), schedule_, mesh_->pp_rank(),
+  stage_ = std::make_unique<GptPipelineStage>(std::move(compute), schedule_, mesh_->pp_rank(),
                                               micro_rows, config_.seq_len, config_.ignore_index);
 
   DataParallelConfig dc;
@@ -79,6 +94,8 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
   dp_ = std::make_unique<DataParallel>(params, mesh_->dp(), std::move(dc));
   hooks_->set_target(dp_->unit_hooks());
   stage_->set_data_parallel(dp_.get());
+  precision_ = std::make_unique<ParallelPrecision>(config_.precision, params, compute_params, *dp_,
+                                                   config_.loss_scaler);
 }
 
 ParallelTrainer::~ParallelTrainer() {
@@ -120,7 +137,9 @@ ParallelStepStats ParallelTrainer::step(const Tensor& inputs, const Tensor& targ
   Allocator& alloc = allocator_for(Device::cpu());
   const int64_t live_before = alloc.stats().live_bytes;
   alloc.reset_peak();
-  PipelineStepStats pipe = run_pipeline(schedule_, *stage_, mesh_->pp());
+  PipelineOptions po;
+  po.loss_scale = precision_->loss_scale();
+  PipelineStepStats pipe = run_pipeline(schedule_, *stage_, mesh_->pp(), po);
   stage_->finish_step();
   out.memory.activations = std::max<int64_t>(0, alloc.stats().peak_bytes - live_before);
 
@@ -130,14 +149,16 @@ ParallelStepStats ParallelTrainer::step(const Tensor& inputs, const Tensor& targ
   out.loss = loss.item<double>();
   out.bubble = pipe.group_bubble;
 
-  StepResult r = dp_->step();
+  const PrecisionStepResult ps = precision_->step();
+  const StepResult& r = ps.update;
   dp_->zero_grad();
   out.grad_norm = r.grad_norm;
   out.clip = r.clip;
   out.finite = r.finite;
+  out.loss_scale = ps.loss_scale;
   const MemoryStats m = dp_->memory();
-  out.memory.parameters = m.parameters;
-  out.memory.parameters_peak = m.parameters_peak;
+  out.memory.parameters = m.parameters + precision_->compute_bytes();
+  out.memory.parameters_peak = m.parameters_peak + precision_->compute_bytes();
   out.memory.gradients = m.gradients;
   out.memory.optimizer_state = m.optimizer_state;
   out.comm_seconds = world_->clock()->seconds();
@@ -148,17 +169,50 @@ ParallelStepStats ParallelTrainer::step(const Tensor& inputs, const Tensor& targ
 
 nn::StateDict ParallelTrainer::gather_full_state() {
   dp_->gather_parameters();
-  nn::StateDict full = gather_model_state(stage_->chunks(), *mesh_);
+  nn::StateDict full = gather_model_state(masters_, *mesh_);
   dp_->release_parameters();
   return full;
 }
 
 void ParallelTrainer::load_full_state(const nn::StateDict& full) {
   // Checked before ZeRO-3 gathers, so a bad dict leaves nothing gathered.
-  check_model_state(stage_->chunks(), *mesh_, full);
+  check_model_state(masters_, *mesh_, full);
   dp_->gather_parameters();
-  load_model_state(stage_->chunks(), *mesh_, full);
+  load_model_state(masters_, *mesh_, full);
   dp_->release_parameters();
+  precision_->sync_compute();
+}
+
+nn::OptimizerState ParallelTrainer::gather_full_optimizer_state() {
+  return gather_optimizer_state(masters_, *mesh_, *dp_);
+}
+
+void ParallelTrainer::load_full_optimizer_state(const nn::OptimizerState& full) {
+  load_optimizer_state(masters_, *mesh_, *dp_, full);
+}
+
+double ParallelTrainer::evaluate(const Tensor& inputs, const Tensor& targets) {
+  const int64_t D = config_.mesh.dp, T = config_.seq_len;
+  for (const Tensor* t : {&inputs, &targets})
+    TESSERA_CHECK(t->defined() && t->dim() == 2 && t->size(0) > 0 && t->size(0) % D == 0 &&
+                      t->size(1) == T && !is_floating(t->dtype()) && t->shape() == inputs.shape(),
+                  "ParallelTrainer::evaluate: inputs and targets must be integer [B, ", T,
+                  "] with B divisible by dp ", D, " (", config_.describe(), "), got ",
+                  t->defined() ? t->describe() : std::string("undefined"));
+  set_comm_step(*inner_world_, *mesh_, step_);
+  const int64_t local = inputs.size(0) / D, first = mesh_->dp_rank() * local;
+  ForwardPassSpec spec;
+  // The training micro-batch count where it divides the rows (the same activations in flight).
+  spec.microbatches = int(std::gcd(local, int64_t(config_.microbatches)));
+  spec.seq_len = T;
+  spec.ignore_index = config_.ignore_index;
+  Tensor loss = from_vector<double>(
+      {forward_only_loss(stage_->chunks(), mesh_->pp(),
+                         ops::contiguous(ops::narrow(inputs, 0, first, local)),
+                         ops::contiguous(ops::narrow(targets, 0, first, local)), spec)},
+      Shape{1});
+  mesh_->dp().all_reduce(loss, CommOp::avg);
+  return loss.item<double>();
 }
 
 std::string ParallelTrainer::describe() const {

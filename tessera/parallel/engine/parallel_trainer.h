@@ -11,6 +11,9 @@
 //        norm summed over dp, tp and pp and the tied embedding summed between the first and
 //        last stage
 //     -> the pipeline executor running the schedule's action list (pipeline/executor.h).
+//     -> under bf16/fp16, ParallelPrecision (parallel_precision.h): the chunks above are the
+//        fp32 master; the pipeline runs compute chunks in that dtype, rounded from the master
+//        after every update, and fp16's loss scale multiplies each micro-batch's loss gradient.
 //
 // One step takes the GLOBAL batch [B, T] on every rank. Data-parallel rank d trains rows
 // [d B / D, (d + 1) B / D), split into M micro-batches; each micro-batch's mean loss is scaled by
@@ -33,6 +36,7 @@
 #include "tessera/parallel/data/data_parallel.h"
 #include "tessera/parallel/engine/gpt_stage.h"
 #include "tessera/parallel/engine/parallel_config.h"
+#include "tessera/parallel/engine/parallel_precision.h"
 #include "tessera/parallel/engine/timed_communicator.h"
 #include "tessera/parallel/mesh.h"
 #include "tessera/parallel/pipeline/schedule.h"
@@ -43,7 +47,8 @@ namespace tessera::parallel {
 // Bytes this rank holds: DataParallel's buffers (ZeRO-3: the shard, plus parameters_peak while
 // units are gathered) and the activations, measured as the allocator's peak during the forward
 // and backward passes above what was live when they began (saved activations, micro-batches in
-// flight, transient gradient staging and gathered ZeRO-3 units).
+// flight, transient gradient staging and gathered ZeRO-3 units). Under bf16/fp16 parameters
+// also counts the compute-dtype copies the pipeline runs.
 struct RankMemory {
   int64_t parameters = 0;
   int64_t parameters_peak = 0;
@@ -54,10 +59,11 @@ struct RankMemory {
 
 struct ParallelStepStats {
   int64_t step = 0;
-  double loss = 0;       // mean over the global batch; the same on every rank
-  double grad_norm = 0;  // global, before clipping
-  double clip = 1;       // the clip factor applied
-  bool finite = true;    // false: the update was skipped (inf/NaN gradient)
+  double loss = 0;        // mean over the global batch; the same on every rank
+  double grad_norm = 0;   // global, before clipping
+  double clip = 1;        // the clip factor applied
+  bool finite = true;     // false: the update was skipped (inf/NaN gradient)
+  double loss_scale = 1;  // fp16: the scale this step's backward ran with (1 otherwise)
   double lr = 0;
   double seconds = 0;       // wall time of the step on this rank
   double comm_seconds = 0;  // this rank's time blocked in communication (timed_communicator.h)
@@ -85,12 +91,26 @@ class ParallelTrainer {
   // rank's part. Throws on every rank, naming the problem, when names are missing or unknown.
   // Collective over world.
   void load_full_state(const nn::StateDict& full);
+  // The AdamW state in the single-process format (nn::AdamW over nn::GPT(config)), on every
+  // rank, and its load into any layout (full_optimizer_state.h). Collective over world.
+  nn::OptimizerState gather_full_optimizer_state();
+  void load_full_optimizer_state(const nn::OptimizerState& full);
+
+  // The mean loss over a batch, ids and targets integer [B, T] with B divisible by dp and T
+  // the config's seq_len, the same on every rank: a forward-only pipeline pass
+  // (parallel_eval.h) in eval mode (no dropout, no graph) over this dp rank's rows, averaged
+  // over dp. Weights, optimizer state and the step are untouched. Collective over world.
+  double evaluate(const Tensor& inputs, const Tensor& targets);
 
   const DeviceMesh& mesh() const { return *mesh_; }
   const ParallelConfig& config() const { return config_; }
   const nn::GPTConfig& model_config() const { return model_; }
   const Schedule& schedule() const { return schedule_; }
+  // The chunks the pipeline runs: in the compute dtype (the fp32 master chunks under fp32).
   const std::vector<std::shared_ptr<nn::GPT>>& chunks() const { return stage_->chunks(); }
+  // The mixed-precision policy and fp16's loss scaler (its state goes into checkpoints).
+  ParallelPrecision& precision() { return *precision_; }
+  const ParallelPrecision& precision() const { return *precision_; }
   DataParallel& data_parallel() { return *dp_; }
   int64_t steps_done() const { return step_; }
   // The step the next call to step() runs (its learning rate and dropout masks); for resuming.
@@ -111,6 +131,8 @@ class ParallelTrainer {
   std::shared_ptr<DeferredUnitHooks> hooks_;
   std::unique_ptr<GptPipelineStage> stage_;
   std::unique_ptr<DataParallel> dp_;
+  std::vector<std::shared_ptr<nn::GPT>> masters_;  // fp32 chunks: DataParallel's parameters
+  std::unique_ptr<ParallelPrecision> precision_;
   std::map<std::string, nn::ParamMeta> metas_;
   int64_t step_ = 0;
 };

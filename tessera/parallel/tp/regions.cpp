@@ -40,6 +40,12 @@ Around around(const Tensor& x, int64_t d) {
   return r;
 }
 
+// The dtype a sum over the group runs in: bf16 and f16 (mixed-precision activations) are
+// summed in f32 and rounded once at the end; MPI cannot reduce 16-bit floats.
+DType sum_dtype(const Tensor& x) {
+  return x.dtype() == DType::bf16 || x.dtype() == DType::f16 ? DType::f32 : x.dtype();
+}
+
 void check_divides(const Tensor& x, int64_t d, const Communicator& group, const char* what) {
   TESSERA_CHECK(x.size(d) % group.size() == 0, what, ": dim ", d, " of ", x.describe(), " (",
                 x.size(d), ") does not divide over the ", group.size(), " ranks of group ",
@@ -67,14 +73,15 @@ Tensor reduce_scatter_along(const Tensor& x, int64_t dim, Communicator& group) {
   const int64_t t = group.size();
   const Around g = around(x, d);
   const int64_t s = g.s / t;
-  Tensor in = ops::contiguous(x);
+  const DType sum = sum_dtype(x);
+  Tensor in = ops::contiguous(ops::cast(x, sum));
   if (g.a != 1)
     in = ops::contiguous(ops::permute(ops::view(in, Shape{g.a, t, s, g.b}), {1, 0, 2, 3}));
-  Tensor flat = empty(Shape{g.a * s * g.b}, x.dtype(), x.device());
+  Tensor flat = empty(Shape{g.a * s * g.b}, sum, x.device());
   group.reduce_scatter(in, flat);
   Shape out = x.shape();
   out[int(d)] = s;
-  return ops::view(flat, out);
+  return ops::view(ops::cast(flat, x.dtype()), out);
 }
 
 Tensor slice_along(const Tensor& x, int64_t dim, const Communicator& group) {
@@ -85,6 +92,12 @@ Tensor slice_along(const Tensor& x, int64_t dim, const Communicator& group) {
 }
 
 Tensor all_reduce_copy(const Tensor& x, Communicator& group) {
+  const DType sum = sum_dtype(x);
+  if (sum != x.dtype()) {
+    Tensor y = ops::contiguous(ops::cast(x, sum));
+    group.all_reduce(y);
+    return ops::cast(y, x.dtype());
+  }
   Tensor y = ops::clone(x);
   group.all_reduce(y);
   return y;
