@@ -246,11 +246,6 @@ LaunchConfig config_for(int64_t n, cudaStream_t stream, const char* name) {
   return LaunchConfig{dim3(grid_blocks(n, kThreads)), dim3(kThreads), 0, stream, name};
 }
 
-template <class T>
-T* typed(const Tensor& t, const char* op) {
-  return static_cast<T*>(t.data_ptr(op));
-}
-
 void check_same_dtype(const char* op, const Tensor& out, std::initializer_list<const Tensor*> ins) {
   for (const Tensor* t : ins)
     TESSERA_CHECK(t->dtype() == out.dtype() && t->shape() == out.shape(), "cuda ", op,

@@ -73,11 +73,6 @@ __global__ void normal_kernel(T* __restrict__ out, int64_t n, double mean, doubl
   }
 }
 
-template <class T>
-T* typed(const Tensor& t, const char* op) {
-  return static_cast<T*>(t.data_ptr(op));
-}
-
 void check_dst(const char* op, const Tensor& dst) {
   TESSERA_CHECK(dst.is_contiguous() && is_floating(dst.dtype()), "cuda ", op,
                 ": needs a contiguous floating tensor, got ", dst.describe());

@@ -30,7 +30,7 @@ constexpr int64_t kWarpRowMax = 1024;  // longer rows get a whole block
 constexpr int64_t kSplitMinR = 16384;  // rows at least this long may be split across blocks
 constexpr int64_t kSplitChunk = 8192;  // elements per split chunk (a function of r only)
 constexpr int64_t kMaxSplits = 1024;
-constexpr int kInnerY = 8;                   // r-interleave of the inner > 1 kernel
+constexpr int kInnerY = 8;  // r-interleave of the inner > 1 kernel
 
 // A running reduction: sum, or (max, first argmax).
 template <ReduceOp kOp, class A>
@@ -233,11 +233,6 @@ void dispatch_reduce(ReduceOp op, F&& f) {
     case ReduceOp::max:
       return f.template operator()<ReduceOp::max>();
   }
-}
-
-template <class T>
-T* typed(const Tensor& t, const char* op) {
-  return static_cast<T*>(t.data_ptr(op));
 }
 
 template <ReduceOp kOp, class T>

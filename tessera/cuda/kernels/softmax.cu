@@ -208,11 +208,6 @@ __global__ void softmax_backward_block_kernel(const T* __restrict__ y, const T* 
   }
 }
 
-template <class T>
-T* typed(const Tensor& t, const char* op) {
-  return static_cast<T*>(t.data_ptr(op));
-}
-
 void check_rows(const char* op, const Tensor& a, const Tensor& b, const Tensor& c) {
   TESSERA_CHECK(a.dim() == 2 && a.is_contiguous() && is_floating(a.dtype()), "cuda ", op,
                 ": needs a contiguous floating [rows, n] tensor, got ", a.describe());

@@ -22,11 +22,6 @@ constexpr int64_t kNormVecsPerBlock = 2048;  // 16-byte vectors per block
 constexpr int64_t kNormMaxBlocks = 1024;
 
 template <class T>
-T* typed(const Tensor& t, const char* op) {
-  return static_cast<T*>(t.data_ptr(op));
-}
-
-template <class T>
 __global__ void squares_kernel(const T* __restrict__ x, int64_t n, bool vec,
                                double* __restrict__ partials) {
   TESSERA_SHARED(double, scratch, 32);

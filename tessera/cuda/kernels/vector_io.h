@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "tessera/core/dtype.h"
+#include "tessera/core/tensor.h"
 #include "tessera/cuda/device.h"
 
 namespace tessera::cuda {
@@ -89,6 +90,13 @@ decltype(auto) dispatch_device(DType dtype, F&& f) {
       break;
   }
   return f(static_cast<int64_t*>(nullptr));
+}
+
+// A tensor's device pointer as T* (data_ptr names `op` if the tensor has no storage). Host
+// code only.
+template <class T>
+T* typed(const Tensor& t, const char* op) {
+  return static_cast<T*>(t.data_ptr(op));
 }
 
 // ---- math in the compute type (global C functions: inside namespace tessera an unqualified
