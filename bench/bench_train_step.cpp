@@ -63,18 +63,6 @@ Options& options() {
   return o;
 }
 
-// Moves every tensor of `dict` onto `device` in place: the layers keep their handles.
-void move_in_place(const nn::StateDict& dict, Device device) {
-  for (const auto& [name, t] : dict) {
-    if (t.device() == device) continue;
-    const Tensor moved = ops::to(ops::contiguous(t), device);
-    TensorImpl& impl = *t.shared_impl();
-    impl.storage = moved.storage();
-    impl.strides = moved.strides();
-    impl.offset = moved.offset();
-  }
-}
-
 Device open_device(const std::string& name) {
   if (name == "cpu") return Device::cpu();
   if (name == "cuda-sim") {
@@ -110,10 +98,10 @@ struct Workload {
   Workload() {
     TESSERA_CHECK(precision != nn::Precision::fp16,
                   "bench_train_step: --precision must be fp32 or bf16, got fp16");
-    move_in_place(model.state_dict(), device);
+    nn::move_to_device(model.state_dict(), device);
     if (precision != nn::Precision::fp32) {
       compute = std::make_unique<nn::GPT>(config, nn::compute_dtype(precision));
-      move_in_place(compute->state_dict(), device);
+      nn::move_to_device(compute->state_dict(), device);
       mixed = std::make_unique<nn::MixedPrecision>(precision, model.named_parameters(),
                                                    compute->named_parameters());
     }

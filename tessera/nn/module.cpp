@@ -14,6 +14,18 @@ Tensor find_tensor(const StateDict& dict, const std::string& name) {
   return Tensor();
 }
 
+void move_to_device(const StateDict& tensors, Device device) {
+  for (const auto& [name, t] : tensors) {
+    if (t.device() == device) continue;
+    const Tensor moved = ops::to(ops::contiguous(t), device);
+    TensorImpl& impl = *t.shared_impl();
+    impl.storage = moved.storage();
+    impl.strides = moved.strides();
+    impl.offset = moved.offset();
+    impl.grad.reset();
+  }
+}
+
 void Module::check_new_name(const std::string& name) const {
   TESSERA_CHECK(!name.empty() && name.find('.') == std::string::npos, "module: invalid name '",
                 name, "' (names are non-empty and contain no dots)");
@@ -34,9 +46,10 @@ Tensor Module::register_parameter(const std::string& name, const Tensor& value,
                                   const ParamMeta& meta) {
   check_new_name(name);
   TESSERA_CHECK(value.defined(), "register_parameter: '", name, "' is undefined");
-  TESSERA_CHECK(meta.shard == ShardKind::replicated || value.dim() >= (meta.shard == ShardKind::cols ? 2 : 1),
-                "register_parameter: '", name, "' ", value.describe(), " cannot be split along dim ",
-                meta.shard == ShardKind::cols ? 1 : 0);
+  TESSERA_CHECK(
+      meta.shard == ShardKind::replicated || value.dim() >= (meta.shard == ShardKind::cols ? 2 : 1),
+      "register_parameter: '", name, "' ", value.describe(), " cannot be split along dim ",
+      meta.shard == ShardKind::cols ? 1 : 0);
   value.set_requires_grad(true);
   params_.emplace_back(name, value);
   metas_.push_back(meta);
@@ -84,7 +97,8 @@ std::vector<std::pair<std::string, ParamMeta>> Module::named_parameter_meta() co
 
 void Module::collect_meta(const std::string& prefix,
                           std::vector<std::pair<std::string, ParamMeta>>& out) const {
-  for (size_t i = 0; i < params_.size(); ++i) out.emplace_back(prefix + params_[i].first, metas_[i]);
+  for (size_t i = 0; i < params_.size(); ++i)
+    out.emplace_back(prefix + params_[i].first, metas_[i]);
   for (const auto& [n, child] : children_) child->collect_meta(prefix + n + ".", out);
 }
 

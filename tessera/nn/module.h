@@ -23,6 +23,11 @@ using StateDict = std::vector<std::pair<std::string, Tensor>>;
 // Looks a name up in a state dict; undefined Tensor if absent.
 Tensor find_tensor(const StateDict& dict, const std::string& name);
 
+// Moves every tensor of `tensors` (a module's state dict) to `device` in place: each handle
+// keeps its identity, so the layers that registered it see the move; only its storage (and
+// layout, made contiguous) changes. Gradients are dropped. A no-op for tensors already there.
+void move_to_device(const StateDict& tensors, Device device);
+
 class Module {
  public:
   virtual ~Module() = default;

@@ -50,17 +50,6 @@ Device parity_device() {
   return Device::cuda(0);
 }
 
-// Moves every tensor of `dict` onto `device` in place: the layers keep their handles.
-void move_in_place(const StateDict& dict, Device device) {
-  for (const auto& [name, t] : dict) {
-    const Tensor moved = ops::to(ops::contiguous(t), device);
-    TensorImpl& impl = *t.shared_impl();
-    impl.storage = moved.storage();
-    impl.strides = moved.strides();
-    impl.offset = moved.offset();
-  }
-}
-
 class GptDeviceParity : public testing::Gpt2ParityFixture {
  protected:
   void SetUp() override {
@@ -71,7 +60,7 @@ class GptDeviceParity : public testing::Gpt2ParityFixture {
   // The fixture's model in `dtype`, on the device.
   std::unique_ptr<GPT> device_model(DType dtype) const {
     auto m = model(dtype);
-    move_in_place(m->state_dict(), device_);
+    move_to_device(m->state_dict(), device_);
     return m;
   }
   Tensor on_device(const Tensor& t) const { return ops::to(t, device_); }

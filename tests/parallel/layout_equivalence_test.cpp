@@ -76,14 +76,7 @@ void expect_matches(const LayoutRun& got, const LayoutRun& ref, const nn::GPTCon
                 worst_name.c_str());
 }
 
-struct Case {
-  MeshShape mesh;
-  int zero = 0;
-  ScheduleKind schedule = ScheduleKind::one_f_one_b;
-  int v = 1, m = 1;
-  bool sp = false;
-  bool gpt2 = false;
-};
+using Case = testing::LayoutCase;
 
 void run_cases(const std::vector<Case>& cases) {
   nn::testing::OneThread one_thread;
@@ -95,12 +88,7 @@ void run_cases(const std::vector<Case>& cases) {
   // Clipping is active in some step, so the global norm is part of what must agree.
   EXPECT_GT(*std::max_element(ref_llama.norms.begin(), ref_llama.norms.end()), base.max_grad_norm);
   for (const Case& c : cases) {
-    ParallelConfig p = layout_config(c.mesh);
-    p.zero_stage = c.zero;
-    p.schedule = c.schedule;
-    p.virtual_stages = c.v;
-    p.microbatches = c.m;
-    p.sequence_parallel = c.sp;
+    const ParallelConfig p = testing::case_config(c);
     const std::string what = std::string(c.gpt2 ? "gpt2 " : "llama ") + p.describe();
     const nn::GPTConfig& model = c.gpt2 ? gpt2 : llama;
     expect_matches(testing::run_layout(model, p), c.gpt2 ? ref_gpt2 : ref_llama, model, p, what);

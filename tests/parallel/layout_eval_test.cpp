@@ -56,14 +56,7 @@ void expect_same_on_every_rank(double x, const std::string& what) {
   EXPECT_EQ(e[0], -e[1]) << what;
 }
 
-struct Case {
-  MeshShape mesh;
-  int zero = 0;
-  ScheduleKind schedule = ScheduleKind::one_f_one_b;
-  int v = 1, m = 1;
-  bool sp = false;
-  bool gpt2 = false;
-};
+using Case = testing::LayoutCase;
 
 void run_cases(const std::vector<Case>& cases) {
   nn::testing::OneThread one_thread;
@@ -71,13 +64,8 @@ void run_cases(const std::vector<Case>& cases) {
   const Batch full = global_batch(1000, 8, 8, layout_llama().vocab_size);
   const Batch half = global_batch(1001, 4, 8, layout_llama().vocab_size);
   for (const Case& c : cases) {
-    const nn::GPTConfig model = c.gpt2 ? layout_gpt2() : layout_llama();
-    ParallelConfig p = layout_config(c.mesh);
-    p.zero_stage = c.zero;
-    p.schedule = c.schedule;
-    p.virtual_stages = c.v;
-    p.microbatches = c.m;
-    p.sequence_parallel = c.sp;
+    const nn::GPTConfig model = testing::case_model(c);
+    const ParallelConfig p = testing::case_config(c);
     const std::string what = std::string(c.gpt2 ? "gpt2 " : "llama ") + p.describe();
 
     const testing::LayoutRun ref = testing::run_reference(model, p, kTrainSteps);

@@ -140,25 +140,12 @@ double whole_model_error(const nn::StateDict& got, const nn::StateDict& ref) {
   return std::sqrt(diff / norm);
 }
 
-struct Case {
-  MeshShape mesh;
-  int zero = 0;
-  int microbatches = 1;
-  ScheduleKind schedule = ScheduleKind::one_f_one_b;
-  int virtual_stages = 1;
-  bool sequence_parallel = false;
-  bool gpt2 = false;
-};
+using Case = testing::LayoutCase;
 
 // bf16 under the case's layout against one process in bf16 (ten steps) and fp32 (one step).
 void expect_tracks_single_process_bf16(const Case& c) {
-  const nn::GPTConfig model = c.gpt2 ? layout_gpt2() : layout_llama();
-  ParallelConfig p = layout_config(c.mesh);
-  p.zero_stage = c.zero;
-  p.microbatches = c.microbatches;
-  p.schedule = c.schedule;
-  p.virtual_stages = c.virtual_stages;
-  p.sequence_parallel = c.sequence_parallel;
+  const nn::GPTConfig model = testing::case_model(c);
+  ParallelConfig p = testing::case_config(c);
   p.precision = nn::Precision::bf16;
   const std::string what = str_cat(p.describe(), c.gpt2 ? " (GPT-2, tied)" : " (Llama)");
 
@@ -197,24 +184,22 @@ TEST(LayoutPrecisionN2, TensorParallelBf16) {
 }
 
 TEST(LayoutPrecisionN2, PipelineBf16) {
-  expect_tracks_single_process_bf16({.mesh = {1, 2, 1}, .microbatches = 2});
-  expect_tracks_single_process_bf16({.mesh = {1, 2, 1}, .microbatches = 2, .gpt2 = true});
-  expect_tracks_single_process_bf16({.mesh = {1, 2, 1},
-                                     .microbatches = 2,
-                                     .schedule = ScheduleKind::interleaved,
-                                     .virtual_stages = 2});
+  expect_tracks_single_process_bf16({.mesh = {1, 2, 1}, .m = 2});
+  expect_tracks_single_process_bf16({.mesh = {1, 2, 1}, .m = 2, .gpt2 = true});
+  expect_tracks_single_process_bf16(
+      {.mesh = {1, 2, 1}, .schedule = ScheduleKind::interleaved, .v = 2, .m = 2});
 }
 
 TEST(LayoutPrecisionN4, TensorParallelPipelineBf16) {
-  expect_tracks_single_process_bf16({.mesh = {1, 2, 2}, .microbatches = 2});
+  expect_tracks_single_process_bf16({.mesh = {1, 2, 2}, .m = 2});
 }
 
 TEST(LayoutPrecisionN4, DataTensorSequenceParallelBf16) {
-  expect_tracks_single_process_bf16({.mesh = {2, 1, 2}, .zero = 1, .sequence_parallel = true});
+  expect_tracks_single_process_bf16({.mesh = {2, 1, 2}, .zero = 1, .sp = true});
 }
 
 TEST(LayoutPrecisionN8, DataTensorPipelineBf16) {
-  expect_tracks_single_process_bf16({.mesh = {2, 2, 2}, .zero = 2, .microbatches = 2});
+  expect_tracks_single_process_bf16({.mesh = {2, 2, 2}, .zero = 2, .m = 2});
 }
 
 // fp16 with a small scale (so nothing overflows by itself) that grows after two clean steps.

@@ -76,6 +76,33 @@ inline ParallelConfig layout_config(MeshShape mesh) {
   return p;
 }
 
+// One layout a test runs: the mesh, ZeRO stage, pipeline schedule (v virtual stages, m
+// micro-batches), sequence parallelism, and which tiny model (GPT-2 with its tied embedding,
+// or the Llama-style one).
+struct LayoutCase {
+  MeshShape mesh;
+  int zero = 0;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  int v = 1, m = 1;
+  bool sp = false;
+  bool gpt2 = false;
+};
+
+// layout_config(c.mesh) with the case's ZeRO stage, schedule and sequence parallelism.
+inline ParallelConfig case_config(const LayoutCase& c) {
+  ParallelConfig p = layout_config(c.mesh);
+  p.zero_stage = c.zero;
+  p.schedule = c.schedule;
+  p.virtual_stages = c.v;
+  p.microbatches = c.m;
+  p.sequence_parallel = c.sp;
+  return p;
+}
+
+inline nn::GPTConfig case_model(const LayoutCase& c) {
+  return c.gpt2 ? layout_gpt2() : layout_llama();
+}
+
 struct LayoutRun {
   std::vector<double> losses, norms;
   nn::StateDict weights;  // the single-process state dict after the last step

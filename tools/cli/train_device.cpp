@@ -1,7 +1,6 @@
 #include "cli/train_device.h"
 
 #include "tessera/core/backend.h"
-#include "tessera/core/ops/movement.h"
 #if defined(TESSERA_HAS_CUDA)
 #include "tessera/cuda/cuda.h"
 #endif
@@ -33,18 +32,6 @@ Device open_train_device(const std::string& name) {
   }
 #endif
   return Device::cuda(0);
-}
-
-void move_tensors_in_place(const nn::StateDict& tensors, Device device) {
-  for (const auto& [name, t] : tensors) {
-    if (t.device() == device) continue;
-    const Tensor moved = ops::to(ops::contiguous(t), device);
-    TensorImpl& impl = *t.shared_impl();
-    impl.storage = moved.storage();
-    impl.strides = moved.strides();
-    impl.offset = moved.offset();
-    impl.grad.reset();
-  }
 }
 
 }  // namespace tessera::cli

@@ -27,9 +27,4 @@ class DeviceUnavailable : public Error {
 // "(no GPU found)" in a GPU build on a machine without one.
 Device open_train_device(const std::string& name);
 
-// Moves every tensor of `tensors` (a module's state dict) to `device` in place: each handle
-// keeps its identity, so the layers that registered it see the move; only its storage (and
-// layout, made contiguous) changes. Gradients are dropped. A no-op for tensors already there.
-void move_tensors_in_place(const nn::StateDict& tensors, Device device);
-
 }  // namespace tessera::cli

@@ -107,8 +107,8 @@ TrainResult Trainer::run() {
   if (precision != nn::Precision::fp32)
     s.compute = std::make_unique<nn::GPT>(s.config, nn::compute_dtype(precision));
   s.device = device;
-  move_tensors_in_place(s.model->state_dict(), device);
-  if (s.compute) move_tensors_in_place(s.compute->state_dict(), device);
+  nn::move_to_device(s.model->state_dict(), device);
+  if (s.compute) nn::move_to_device(s.compute->state_dict(), device);
   s.net().set_dropout_seed(o.seed);
   s.net().train();
   s.optimizer = make_optimizer(o, *s.model);
