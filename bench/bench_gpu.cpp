@@ -14,6 +14,7 @@
 // skipped with the reason.
 
 #include <chrono>
+#include <optional>
 
 #include "bench/counters.h"
 #include "tessera/cuda/cuda.h"
@@ -171,40 +172,36 @@ void BM_CrossEntropyForwardBackwardBf16(benchmark::State& state) {
   report_bytes(state, 3.0 * 2.0 * double(kRows * kVocab));
 }
 
-void BM_AdamWF32(benchmark::State& state) {
-  const int64_t n = 124'000'000;
-  Tensor p, g, m, v;
-  run_timed(state, [&] {
-    if (!p.defined()) {
-      p = device_randn({n}, DType::f32, 9);
-      g = device_randn({n}, DType::f32, 10);
-      m = zeros({n}, DType::f32, Device::cuda());
-      v = zeros({n}, DType::f32, Device::cuda());
-    }
-    ops::adamw_step_(p, g, m, v, AdamWArgs{});
-  });
-  report_bytes(state, 7.0 * 4.0 * double(n));  // read p, g, m, v; write p, m, v
-}
-
-// The bf16 mixed-precision step: the f32 update plus the bf16 compute copy written in the same
-// pass; arg 1 rounds stochastically (a Philox call per four elements).
-void BM_AdamWF32ToBf16(benchmark::State& state) {
+// AdamW over 124M parameters (GPT-2 124M): f32 param, grad, m, v, and with `copy_dtype` set
+// the compute copy the step rounds the updated param into, in the same pass.
+void run_adamw(benchmark::State& state, const AdamWArgs& args, std::optional<DType> copy_dtype) {
   const int64_t n = 124'000'000;
   Tensor p, g, m, v, copy;
-  AdamWArgs args;
-  args.stochastic_rounding = state.range(0) != 0;
   run_timed(state, [&] {
     if (!p.defined()) {
       p = device_randn({n}, DType::f32, 9);
       g = device_randn({n}, DType::f32, 10);
       m = zeros({n}, DType::f32, Device::cuda());
       v = zeros({n}, DType::f32, Device::cuda());
-      copy = zeros({n}, DType::bf16, Device::cuda());
+      if (copy_dtype) copy = zeros({n}, *copy_dtype, Device::cuda());
     }
     ops::adamw_step_(p, g, m, v, args, copy);
   });
-  // 30 bytes per element: read p, g, m, v (f32); write p, m, v (f32) and the bf16 copy.
-  report_bytes(state, (7.0 * 4.0 + 2.0) * double(n));
+  // Read p, g, m, v; write p, m, v (f32), plus the copy's bytes.
+  const double copy_bytes = copy_dtype ? double(dtype_size(*copy_dtype)) : 0.0;
+  report_bytes(state, (7.0 * 4.0 + copy_bytes) * double(n));
+}
+
+void BM_AdamWF32(benchmark::State& state) {
+  run_adamw(state, AdamWArgs{}, std::nullopt);
+}
+
+// The bf16 mixed-precision step: 30 bytes per element; arg 1 rounds stochastically (a Philox
+// call per four elements).
+void BM_AdamWF32ToBf16(benchmark::State& state) {
+  AdamWArgs args;
+  args.stochastic_rounding = state.range(0) != 0;
+  run_adamw(state, args, DType::bf16);
 }
 
 void BM_AttentionForwardBf16(benchmark::State& state) {

@@ -76,21 +76,30 @@ TEST(Precision, NamesAndDtypes) {
 // gaps of at most 0.008 and 0.024 nats, growing with the step as the runs drift. The bound
 // 0.05 is 2.1x the larger and a tenth of the loss's fall, so a bf16 run that leaves fp32's
 // trajectory fails it.
-TEST(Precision, Bf16TrainingTracksFp32) {
+// Runs fp32 and the bf16 run `make_bf16` builds side by side for 12 steps on each tiny model:
+// every loss within 0.05 of fp32's (see above), and the bf16 run learns.
+template <class MakeRun>
+void expect_bf16_tracks_fp32(MakeRun make_bf16, const char* what) {
   OneThread one;
   for (const GPTConfig& c : {tiny_gpt2(), tiny_llama()}) {
-    PrecisionRun fp32(c, Precision::fp32), bf16(c, Precision::bf16);
+    PrecisionRun fp32(c, Precision::fp32);
+    PrecisionRun bf16 = make_bf16(c);
     Tensor idx = token_batch(4, 16, c.vocab_size, 41),
            targets = token_batch(4, 16, c.vocab_size, 42);
     float first = 0, last = 0;
     for (int s = 0; s < 12; ++s) {
       float a = fp32.step(idx, targets), b = bf16.step(idx, targets);
-      EXPECT_NEAR(b, a, 0.05) << "step " << s + 1;
+      EXPECT_NEAR(b, a, 0.05) << what << ", step " << s + 1;
       if (s == 0) first = b;
       last = b;
     }
-    EXPECT_LT(last, first - 0.5f) << "bf16 training must actually learn";
+    EXPECT_LT(last, first - 0.5f) << what << " must actually learn";
   }
+}
+
+TEST(Precision, Bf16TrainingTracksFp32) {
+  expect_bf16_tracks_fp32([](const GPTConfig& c) { return PrecisionRun(c, Precision::bf16); },
+                          "bf16 training");
 }
 
 // After bf16 steps the optimizer's weights and moments are f32, and each bf16 parameter is
@@ -126,20 +135,8 @@ TEST(Precision, MasterWeightsStayFp32AndParametersAreTheirRounding) {
 // larger and a tenth of the loss's fall (3.1 to 2.0 and 1.8), so a run that leaves fp32's
 // trajectory fails it (the rounding's own unbiasedness is tested in adamw_rounding_test.cpp).
 TEST(Precision, Bf16StochasticRoundingTrainingTracksFp32) {
-  OneThread one;
-  for (const GPTConfig& c : {tiny_gpt2(), tiny_llama()}) {
-    PrecisionRun fp32(c, Precision::fp32), sr(c, uint64_t{99});
-    Tensor idx = token_batch(4, 16, c.vocab_size, 41),
-           targets = token_batch(4, 16, c.vocab_size, 42);
-    float first = 0, last = 0;
-    for (int s = 0; s < 12; ++s) {
-      float a = fp32.step(idx, targets), b = sr.step(idx, targets);
-      EXPECT_NEAR(b, a, 0.05) << "step " << s + 1;
-      if (s == 0) first = b;
-      last = b;
-    }
-    EXPECT_LT(last, first - 0.5f) << "bf16 training with stochastic rounding must learn";
-  }
+  expect_bf16_tracks_fp32([](const GPTConfig& c) { return PrecisionRun(c, uint64_t{99}); },
+                          "bf16 training with stochastic rounding");
 }
 
 // bf16 neighbours of x: x's bits with the low 16 cleared, and one bf16 ulp further from zero.
