@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <string>
 
 #include "cli/metrics.h"
 #include "cli/train_common.h"
@@ -286,8 +287,12 @@ TrainResult run_parallel_training(const TrainOptions& o, std::ostream& out,
     return train(o, config, pc, resume, imported, *tokenizer, out, stop);
   } catch (const std::exception& e) {
     // From here a rank may fail alone (a file it writes, a collective timing out) while the
-    // others wait on it: say which rank, and end the whole job.
-    std::cerr << "tessera train: rank " << mpi_world_rank() << ": " << e.what() << std::endl;
+    // others wait on it: say which rank, and end the whole job. One write per line, so that
+    // ranks failing at once print whole lines rather than interleaved pieces.
+    const std::string line =
+        str_cat("tessera train: rank ", mpi_world_rank(), ": ", e.what(), "\n");
+    std::cerr.write(line.data(), std::streamsize(line.size()));
+    std::cerr.flush();
     MPI_Abort(MPI_COMM_WORLD, 1);
     throw;
   }
