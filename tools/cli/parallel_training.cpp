@@ -216,7 +216,7 @@ TrainResult train(const TrainOptions& o, const nn::GPTConfig& config,
     m.precision = o.precision;
     if (const nn::DynamicLossScaler* scaler = trainer.precision().scaler()) {
       m.loss_scale = st.loss_scale;
-      m.skipped = !st.finite;
+      m.skipped = st.skipped;
       m.skipped_steps = scaler->skipped_steps();
     }
     m.ms = st.seconds * 1e3;

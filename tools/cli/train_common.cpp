@@ -99,7 +99,7 @@ std::string restore_optimizer(const ResumePoint& resume,
     load(nn::OptimizerState{resume.data.optimizer, state["optimizer"]});
   } catch (const Error& e) {
     detail::throw_error(
-        "train: ", (std::filesystem::path(resume.dir) / "optimizer.safetensors").string(),
+        "train: ", (std::filesystem::path(resume.dir) / nn::kCheckpointOptimizerFile).string(),
         " (with state.json's \"optimizer\"): ", e.what());
   }
   return "";

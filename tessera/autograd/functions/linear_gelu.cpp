@@ -6,6 +6,7 @@
 
 #include "tessera/autograd/functions/linear_gelu.h"
 
+#include "tessera/autograd/functions/matmul.h"
 #include "tessera/autograd/node.h"
 #include "tessera/core/ops/elementwise.h"
 #include "tessera/core/ops/matmul.h"
@@ -43,14 +44,7 @@ class LinearGeluBackward final : public Node {
 }  // namespace
 
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  TESSERA_CHECK(x.defined() && weight.defined(),
-                "linear_gelu: x and weight must be defined, got x ", describe(x), " and weight ",
-                describe(weight));
-  TESSERA_CHECK(weight.dim() == 2, "linear_gelu: weight must be 2-d [out, in], got ",
-                weight.describe(), " (x ", x.describe(), ")");
-  TESSERA_CHECK(x.dim() >= 2 && x.size(-1) == weight.size(1), "linear_gelu: x must be [..., ",
-                weight.size(1), "] (at least 2-d) to match weight ", weight.describe(), ", got ",
-                x.describe());
+  check_linear_args("linear_gelu", x, weight);
   ops::MatmulGelu r = ops::matmul_gelu(x, weight, false, true, bias);
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
     auto node = std::make_shared<LinearGeluBackward>();

@@ -85,14 +85,18 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, cons
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  TESSERA_CHECK(x.defined() && weight.defined(), "linear: x and weight must be defined, got x ",
+void check_linear_args(const char* op, const Tensor& x, const Tensor& weight) {
+  TESSERA_CHECK(x.defined() && weight.defined(), op, ": x and weight must be defined, got x ",
                 describe(x), " and weight ", describe(weight));
-  TESSERA_CHECK(weight.dim() == 2, "linear: weight must be 2-d [out, in], got ", weight.describe(),
+  TESSERA_CHECK(weight.dim() == 2, op, ": weight must be 2-d [out, in], got ", weight.describe(),
                 " (x ", x.describe(), ")");
-  TESSERA_CHECK(x.dim() >= 2 && x.size(-1) == weight.size(1), "linear: x must be [..., ",
+  TESSERA_CHECK(x.dim() >= 2 && x.size(-1) == weight.size(1), op, ": x must be [..., ",
                 weight.size(1), "] (at least 2-d) to match weight ", weight.describe(), ", got ",
                 x.describe());
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear_args("linear", x, weight);
   return matmul(x, weight, false, true, bias);
 }
 

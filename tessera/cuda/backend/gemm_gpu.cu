@@ -183,11 +183,10 @@ void check_dtypes(const char* op, const Tensor& a, const Tensor& b, const Tensor
 }
 
 // Whether cuBLASLt's GELU_AUX epilogue can write pre [batch, M, N] (contiguous) as its aux
-// matrix: leading dim N and batch stride M*N divisible by 8, and a dtype it has the epilogue
-// for (f64 has none we rely on).
+// matrix: leading dim N divisible by 8 (then so is the batch stride M*N), and a dtype it has
+// the epilogue for (f64 has none we rely on).
 bool gelu_aux_fits(const Tensor& pre) {
-  const int64_t batch = pre.size(0), m = pre.size(1), n = pre.size(2);
-  return pre.dtype() != DType::f64 && n % 8 == 0 && (batch == 1 || (m * n) % 8 == 0);
+  return pre.dtype() != DType::f64 && pre.size(2) % 8 == 0;
 }
 
 // out = alpha op(a) op(b) + beta out (+ bias) through cuBLASLt. With aux (GELU): out = gelu of

@@ -31,6 +31,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "tessera/cuda/kernels/attention_heads.h"
 #include "tessera/cuda/kernels/scratch.h"
 #include "tessera/cuda/kernels/vector_io.h"
 
@@ -50,21 +51,6 @@ constexpr int kRows = 32;  // rows owned by a block
 constexpr int kTile = 32;  // rows per shared-memory tile
 constexpr int kThreads = kRows * kGroup;
 constexpr int kDeltaRows = 4;  // rows per block of the D_i kernel (one warp each)
-
-// A [B, heads, T, D] tensor with unit stride in D.
-template <class T>
-struct Heads {
-  T* data;
-  int64_t sb, sh, st;
-  __device__ __forceinline__ T* row(int64_t b, int64_t h, int64_t t) const {
-    return data + b * sb + h * sh + t * st;
-  }
-};
-
-template <class T>
-Heads<T> heads(const Tensor& x) {
-  return {static_cast<T*>(x.data_ptr()), x.stride(0), x.stride(1), x.stride(2)};
-}
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) {
   return a < b ? a : b;

@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "tessera/cuda/kernels/attention.h"
+#include "tessera/cuda/kernels/attention_heads.h"
 #include "tessera/cuda/kernels/vector_io.h"
 
 namespace tessera::cuda {
@@ -31,20 +32,6 @@ constexpr int kWarps = 4;
 constexpr int kRows = 16 * kWarps;  // queries per block
 constexpr int kKeys = 64;           // keys per shared-memory tile
 constexpr int kNT = kKeys / 8;      // n-tiles of S per key tile
-
-template <class T>
-struct Heads16 {
-  T* data;
-  int64_t sb, sh, st;
-  __device__ __forceinline__ T* row(int64_t b, int64_t h, int64_t t) const {
-    return data + b * sb + h * sh + t * st;
-  }
-};
-
-template <class T>
-Heads16<T> heads16(const Tensor& x) {
-  return {static_cast<T*>(x.data_ptr()), x.stride(0), x.stride(1), x.stride(2)};
-}
 
 template <class T>
 __device__ __forceinline__ uint32_t pack2(T lo, T hi) {
@@ -75,9 +62,9 @@ __device__ __forceinline__ uint32_t pair(SharedPtr<T> tile, int a, int b) {
 
 template <class T, int KD>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_forward_mma_kernel(Heads16<const T> q, Heads16<const T> k, Heads16<const T> v,
-                                 Heads16<T> o, int64_t H, int64_t group, int64_t Tq, int64_t Tk,
-                                 int D, float scale, float* __restrict__ lse) {
+    attention_forward_mma_kernel(Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<T> o,
+                                 int64_t H, int64_t group, int64_t Tq, int64_t Tk, int D,
+                                 float scale, float* __restrict__ lse) {
   using L = MmaLayout;
   constexpr int Dp = 16 * KD, kDT = Dp / 8;
   TESSERA_DYNAMIC_SHARED(T, smem);                // K tile [kKeys, Dp], then V tile [kKeys, Dp]
@@ -198,8 +185,8 @@ void launch_mma(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
   const dim3 grid(unsigned((Tq + kRows - 1) / kRows), unsigned(B * H));
   launch(attention_forward_mma_kernel<T, KD>,
          LaunchConfig{grid, dim3(kWarps * 32), shared, stream, "attention (tensor cores)"},
-         heads16<const T>(q), heads16<const T>(k), heads16<const T>(v), heads16<T>(out), H, H / Hkv,
-         Tq, Tk, int(D), float(scale), static_cast<float*>(lse.data_ptr()));
+         heads<const T>(q), heads<const T>(k), heads<const T>(v), heads<T>(out), H, H / Hkv, Tq, Tk,
+         int(D), float(scale), static_cast<float*>(lse.data_ptr()));
 }
 
 }  // namespace

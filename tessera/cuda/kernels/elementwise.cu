@@ -10,6 +10,7 @@
 
 #include <type_traits>
 
+#include "tessera/cuda/kernels/gelu.h"
 #include "tessera/cuda/kernels/strided.h"
 #include "tessera/cuda/kernels/vector_io.h"
 
@@ -18,8 +19,6 @@ inline namespace TESSERA_CUDA_ABI {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr double kSqrt2OverPi = 0.7978845608028654;
-constexpr double kGeluCoeff = 0.044715;
 
 // ---- per-element math, in the compute type A ----
 template <UnaryOp kOp, class A>
@@ -39,8 +38,7 @@ __device__ __forceinline__ A unary_value(A x, A s) {
   } else if constexpr (kOp == UnaryOp::tanh) {
     return math_tanh(x);
   } else if constexpr (kOp == UnaryOp::gelu) {
-    const A u = A(kSqrt2OverPi) * (x + A(kGeluCoeff) * x * x * x);
-    return A(0.5) * x * (A(1) + math_tanh(u));
+    return gelu_tanh(x);
   } else if constexpr (kOp == UnaryOp::silu) {
     return x / (A(1) + math_exp(-x));
   } else {
@@ -65,9 +63,9 @@ __device__ __forceinline__ A unary_grad(A x, A y, A gy, A s) {
   } else if constexpr (kOp == UnaryOp::tanh) {
     return gy * (A(1) - y * y);
   } else if constexpr (kOp == UnaryOp::gelu) {
-    const A u = A(kSqrt2OverPi) * (x + A(kGeluCoeff) * x * x * x);
+    const A u = A(kGeluSqrt2OverPi) * (x + A(kGeluCoeff) * x * x * x);
     const A t = math_tanh(u);
-    const A du = A(kSqrt2OverPi) * (A(1) + A(3 * kGeluCoeff) * x * x);
+    const A du = A(kGeluSqrt2OverPi) * (A(1) + A(3 * kGeluCoeff) * x * x);
     return gy * (A(0.5) * (A(1) + t) + A(0.5) * x * (A(1) - t * t) * du);
   } else if constexpr (kOp == UnaryOp::silu) {
     const A sig = A(1) / (A(1) + math_exp(-x));

@@ -11,6 +11,7 @@
 
 #include "tessera/cuda/kernels/gemm_simt.h"
 
+#include "tessera/cuda/kernels/gelu.h"
 #include "tessera/cuda/kernels/vector_io.h"
 
 namespace tessera::cuda {
@@ -18,8 +19,6 @@ inline namespace TESSERA_CUDA_ABI {
 namespace {
 
 constexpr int kTile = 16;
-constexpr double kSqrt2OverPi = 0.7978845608028654;
-constexpr double kGeluCoeff = 0.044715;
 
 // op(x) of one operand: element (r, c) of batch i is at i * batch + r * row + c * col.
 struct OperandView {
@@ -61,8 +60,7 @@ __global__ void gemm_simt_kernel(const T* __restrict__ a, OperandView va, const 
   if (bias != nullptr) v += Acc(bias[col]);
   if constexpr (kGelu) {
     pre[at] = T(v);
-    const Acc u = Acc(kSqrt2OverPi) * (v + Acc(kGeluCoeff) * v * v * v);
-    v = Acc(0.5) * v * (Acc(1) + math_tanh(u));
+    v = gelu_tanh(v);
   }
   out[at] = T(v);
 }

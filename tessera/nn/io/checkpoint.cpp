@@ -25,8 +25,6 @@ namespace {
 
 constexpr const char* kFormat = "tessera-checkpoint";
 constexpr int64_t kVersion = 1;
-constexpr const char* kModelFile = "model.safetensors";
-constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "state.json";
 constexpr const char* kLatest = "latest";
 // Everything an interrupted save can leave behind starts with this (file_io's temporary files
@@ -216,15 +214,16 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointData& da
   TESSERA_CHECK(fs::create_directory(tmp, ec) && !ec, "save_checkpoint: cannot create ",
                 tmp.string(), ": ", ec.message());
   TempDirGuard guard(tmp);
-  write_safetensors((tmp / kModelFile).string(), data.model);
-  write_safetensors((tmp / kOptimizerFile).string(), data.optimizer);
-  nlohmann::json state = {{"format", kFormat},
-                          {"version", kVersion},
-                          {"step", data.step},
-                          {"files",
-                           {{kModelFile, file_record(tmp / kModelFile, data.model)},
-                            {kOptimizerFile, file_record(tmp / kOptimizerFile, data.optimizer)}}},
-                          {"state", data.state.is_null() ? nlohmann::json::object() : data.state}};
+  write_safetensors((tmp / kCheckpointModelFile).string(), data.model);
+  write_safetensors((tmp / kCheckpointOptimizerFile).string(), data.optimizer);
+  nlohmann::json state = {
+      {"format", kFormat},
+      {"version", kVersion},
+      {"step", data.step},
+      {"files",
+       {{kCheckpointModelFile, file_record(tmp / kCheckpointModelFile, data.model)},
+        {kCheckpointOptimizerFile, file_record(tmp / kCheckpointOptimizerFile, data.optimizer)}}},
+      {"state", data.state.is_null() ? nlohmann::json::object() : data.state}};
   std::string text;
   try {
     text = state.dump(2) + "\n";
@@ -293,8 +292,8 @@ CheckpointData load_checkpoint(const std::string& dir_string) {
   if (auto named = parse_step_name(dir.filename().string()))
     TESSERA_CHECK(*named == data.step, sp, ": 'step' is ", data.step, " but the directory is ",
                   dir.filename().string());
-  data.model = read_recorded(dir, kModelFile, s["files"], sp);
-  data.optimizer = read_recorded(dir, kOptimizerFile, s["files"], sp);
+  data.model = read_recorded(dir, kCheckpointModelFile, s["files"], sp);
+  data.optimizer = read_recorded(dir, kCheckpointOptimizerFile, s["files"], sp);
   data.state = std::move(s["state"]);
   return data;
 }

@@ -29,6 +29,10 @@
 
 namespace tessera::nn {
 
+// The tensor files inside a checkpoint directory.
+constexpr const char* kCheckpointModelFile = "model.safetensors";
+constexpr const char* kCheckpointOptimizerFile = "optimizer.safetensors";
+
 struct CheckpointData {
   int64_t step = 0;
   StateDict model;

@@ -156,9 +156,11 @@ ParallelStepStats ParallelTrainer::step(const Tensor& inputs, const Tensor& targ
   out.clip = r.clip;
   out.finite = r.finite;
   out.loss_scale = ps.loss_scale;
+  out.skipped = ps.skipped;
   const MemoryStats m = dp_->memory();
-  out.memory.parameters = m.parameters + precision_->compute_bytes();
-  out.memory.parameters_peak = m.parameters_peak + precision_->compute_bytes();
+  const int64_t compute_bytes = precision_->compute_bytes();
+  out.memory.parameters = m.parameters + compute_bytes;
+  out.memory.parameters_peak = m.parameters_peak + compute_bytes;
   out.memory.gradients = m.gradients;
   out.memory.optimizer_state = m.optimizer_state;
   out.comm_seconds = world_->clock()->seconds();

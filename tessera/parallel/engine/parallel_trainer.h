@@ -64,6 +64,7 @@ struct ParallelStepStats {
   double clip = 1;        // the clip factor applied
   bool finite = true;     // false: the update was skipped (inf/NaN gradient)
   double loss_scale = 1;  // fp16: the scale this step's backward ran with (1 otherwise)
+  bool skipped = false;   // fp16 overflow: nothing was updated and the scale backed off
   double lr = 0;
   double seconds = 0;       // wall time of the step on this rank
   double comm_seconds = 0;  // this rank's time blocked in communication (timed_communicator.h)
