@@ -278,13 +278,18 @@ bool parse_flags(int& argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     std::optional<std::string> value;
+    bool missing = false;  // one of our flags, last on the line with no value after it
     const auto flag = [&](const char* name) {
       const std::string prefix = std::string("--") + name;
       if (arg.rfind(prefix + "=", 0) == 0) {
         value = arg.substr(prefix.size() + 1);
         return true;
       }
-      if (arg == prefix && i + 1 < argc) {
+      if (arg == prefix) {
+        if (i + 1 == argc) {
+          missing = true;
+          return false;
+        }
         value = argv[++i];
         return true;
       }
@@ -307,6 +312,9 @@ bool parse_flags(int& argc, char** argv) {
         o.peak_tflops = std::stod(*value);
       } else if (flag("gemm-tflops")) {
         o.gemm_tflops = std::stod(*value);
+      } else if (missing) {
+        std::cerr << "bench_train_step: " << arg << " needs a value\n";
+        return false;
       } else {
         rest.push_back(argv[i]);
       }

@@ -82,14 +82,18 @@ def run_tessera(binary, a):
         cmd.append(f"--peak-tflops={a.peak_tflops}")
         if a.gemm_tflops:
             cmd.append(f"--gemm-tflops={a.gemm_tflops}")
-    bench = json.loads(run(cmd, a.threads, "bench_train_step"))["benchmarks"][0]
-    if bench.get("error_occurred"):
-        raise SideFailed(f"bench_train_step failed: {bench.get('error_message')}")
-    scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[bench["time_unit"]]
-    r = {"ms_per_step": bench["real_time"] * scale, "tokens_per_s": bench["tokens/s"],
-         "gflops_per_s": bench["FLOPS"] / 1e9, "peak_rss_mib": bench["peak_rss_MiB"],
-         "loss": bench["loss"], "threads": int(bench["threads"]),
-         "iterations": int(bench["iterations"])}
+    out = run(cmd, a.threads, "bench_train_step")
+    try:
+        bench = json.loads(out)["benchmarks"][0]
+        if bench.get("error_occurred"):
+            raise SideFailed(f"bench_train_step failed: {bench.get('error_message')}")
+        scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[bench["time_unit"]]
+        r = {"ms_per_step": bench["real_time"] * scale, "tokens_per_s": bench["tokens/s"],
+             "gflops_per_s": bench["FLOPS"] / 1e9, "peak_rss_mib": bench["peak_rss_MiB"],
+             "loss": bench["loss"], "threads": int(bench["threads"]),
+             "iterations": int(bench["iterations"])}
+    except (ValueError, KeyError, IndexError) as e:
+        raise SideFailed(f"bench_train_step printed no usable result ({e!r}): {out[-500:]}")
     for key, ours in (("mfu", "mfu"), ("of_gemm", "of_gemm"),
                       ("peak_device_mib", "peak_device_MiB")):
         if ours in bench:
@@ -101,7 +105,11 @@ def run_torch(a):
     cmd = [sys.executable, os.path.join(HERE, "pytorch_gpt2.py"), "--threads", str(a.threads),
            "--steps", str(a.torch_steps), "--device", a.device, "--dtype", a.precision,
            "--batch", str(a.batch), "--seq", str(a.seq), "--peak-tflops", str(a.peak_tflops)]
-    r = json.loads(run(cmd, a.threads, "pytorch_gpt2.py").strip().splitlines()[-1])
+    out = run(cmd, a.threads, "pytorch_gpt2.py")
+    try:
+        r = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError) as e:
+        raise SideFailed(f"pytorch_gpt2.py printed no usable result ({e!r}): {out[-500:]}")
     if a.gemm_tflops:
         r["of_gemm"] = r["gflops_per_s"] / 1e3 / a.gemm_tflops
     return r
