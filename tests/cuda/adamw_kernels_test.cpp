@@ -14,8 +14,8 @@
 #include "tessera/core/backend.h"
 #include "tessera/core/ops/elementwise.h"
 #include "tessera/core/ops/movement.h"
-#include "tessera/cuda/kernels/adamw.h"
 #include "tessera/nn/optim/adamw.h"
+#include "tests/cuda/device_kernels.h"
 #include "tests/cuda/backend_test_util.h"
 #include "tests/cuda/kernel_compare.h"
 #include "tests/cuda/sim_test_util.h"
@@ -23,13 +23,15 @@
 namespace tessera::cuda {
 namespace {
 
+using testing::kernels;
+
 using testing::host_randn;
-using testing::sim_copy_shifted;
-using testing::sim_to_host_view;
+using testing::device_copy_shifted;
+using testing::to_host;
 
 // got (a device tensor) holds exactly ref's bytes; reports the first differing element.
 void expect_same_bits(const Tensor& got, const Tensor& ref, const std::string& what) {
-  const Tensor h = sim_to_host_view(got);
+  const Tensor h = to_host(got);
   ASSERT_EQ(h.dtype(), ref.dtype()) << what;
   ASSERT_EQ(h.numel(), ref.numel()) << what;
   const auto* a = static_cast<const unsigned char*>(h.data_ptr());
@@ -72,13 +74,13 @@ TEST_P(AdamWKernels, StepsMatchTheCpuBitForBit) {
   Tensor p = host_randn({n}, DType::f32, 1), m = ops::mul(host_randn({n}, DType::f32, 2), 0.1),
          v = ops::mul(ops::mul(host_randn({n}, DType::f32, 3), host_randn({n}, DType::f32, 3)),
                       0.01);
-  const Tensor dp = sim_copy_shifted(p, k.shift, "param"), dm = sim_copy_shifted(m, k.shift, "m"),
-               dv = sim_copy_shifted(v, k.shift, "v");
+  const Tensor dp = device_copy_shifted(p, k.shift), dm = device_copy_shifted(m, k.shift),
+               dv = device_copy_shifted(v, k.shift);
   const DType copy_dtype = k.copy == Copy::f16 ? DType::f16 : DType::bf16;
   Tensor copy, dcopy;
   if (k.copy != Copy::none) {
     copy = tessera::empty({n}, copy_dtype);
-    dcopy = sim_copy_shifted(copy, k.shift, "rounded");
+    dcopy = device_copy_shifted(copy, k.shift);
   }
   AdamWArgs args;
   args.lr = 3e-3f;
@@ -90,7 +92,7 @@ TEST_P(AdamWKernels, StepsMatchTheCpuBitForBit) {
     args.step = step;
     const Tensor g = host_randn({n}, k.grad_dtype, 10 + uint64_t(step));
     cpu.adamw_step(p, g, m, v, copy, args);
-    adamw_step(dp, sim_copy_shifted(g, k.shift, "grad"), dm, dv, dcopy, args, nullptr);
+    kernels().adamw_step(dp, device_copy_shifted(g, k.shift), dm, dv, dcopy, args);
     const std::string at = " after step " + std::to_string(step);
     expect_same_bits(dp, p, "param" + at);
     expect_same_bits(dm, m, "m" + at);
@@ -116,7 +118,7 @@ INSTANTIATE_TEST_SUITE_P(
 // nn::AdamW's fused bf16 step (mixed precision's, with stochastic rounding) on the simulated
 // device through the op front end and CudaBackend: the same master, moments and bf16 copies
 // as on the CPU, bit for bit, over several steps.
-class AdamWOnDevice : public testing::SimulatedCuda {};
+class AdamWOnDevice : public testing::DeviceCuda {};
 
 TEST_F(AdamWOnDevice, StochasticBf16StepMatchesTheCpu) {
   struct Run {
@@ -154,14 +156,14 @@ TEST_F(AdamWOnDevice, StochasticBf16StepMatchesTheCpu) {
 }
 
 TEST(AdamWKernelsErrors, UnsupportedLayoutsAreClearErrors) {
-  const Tensor p = testing::sim_empty({5}, DType::bf16, "param");
-  const Tensor f = testing::sim_empty({5}, DType::f32, "f32");
-  const Tensor h = testing::sim_empty({5}, DType::f16, "f16");
-  testing::expect_error([&] { adamw_step(p, f, f, f, Tensor(), AdamWArgs{}, nullptr); },
+  const Tensor p = testing::device_empty({5}, DType::bf16);
+  const Tensor f = testing::device_empty({5}, DType::f32);
+  const Tensor h = testing::device_empty({5}, DType::f16);
+  testing::expect_error([&] { kernels().adamw_step(p, f, f, f, Tensor(), AdamWArgs{}); },
                         {"adamw", "bf16[5]", "f32 param"});
   AdamWArgs sr;
   sr.stochastic_rounding = true;
-  testing::expect_error([&] { adamw_step(f, f, f, f, h, sr, nullptr); },
+  testing::expect_error([&] { kernels().adamw_step(f, f, f, f, h, sr); },
                         {"adamw", "f16[5]", "stochastic rounding"});
 }
 

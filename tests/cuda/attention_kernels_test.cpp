@@ -16,18 +16,20 @@
 #include "tessera/core/backend.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
-#include "tessera/cuda/kernels/attention.h"
+#include "tests/cuda/device_kernels.h"
 #include "tests/cuda/kernel_compare.h"
 #include "tests/cuda/sim_test_util.h"
 
 namespace tessera::cuda {
 namespace {
 
+using testing::kernels;
+
 using testing::expect_close;
 using testing::host_randn;
-using testing::sim_copy_shifted;
-using testing::sim_empty;
-using testing::sim_to_host_view;
+using testing::device_copy_shifted;
+using testing::device_empty;
+using testing::to_host;
 
 struct AttnCase {
   DType dtype;
@@ -37,18 +39,13 @@ struct AttnCase {
 
 // A device tensor of logical shape [B, H, T, D] holding `host`; transposed: stored as
 // [B, T, H, D] and viewed through a permutation (strides (T*H*D, D, H*D, 1)).
-Tensor to_device(const Tensor& host, bool transposed, std::string_view name) {
-  if (!transposed) return sim_copy_shifted(host, 0, name);
-  const Tensor stored = sim_copy_shifted(ops::transpose(host, 1, 2), 0, name);
+Tensor to_device(const Tensor& host, bool transposed) {
+  if (!transposed) return device_copy_shifted(host, 0);
+  const Tensor stored = device_copy_shifted(ops::transpose(host, 1, 2), 0);
   return ops::transpose(stored, 1, 2);
 }
-Tensor device_like(const Shape& shape, DType d, bool transposed, std::string_view name) {
-  return to_device(empty(shape, d), transposed, name);
-}
-Tensor to_host(const Tensor& dev) {
-  // Undo the permutation on the storage (which is contiguous in [B, T, H, D] order).
-  if (dev.is_contiguous()) return sim_to_host_view(dev);
-  return ops::contiguous(ops::transpose(sim_to_host_view(ops::transpose(dev, 1, 2)), 1, 2));
+Tensor device_like(const Shape& shape, DType d, bool transposed) {
+  return to_device(empty(shape, d), transposed);
 }
 
 double max_abs(const Tensor& t) {
@@ -74,11 +71,11 @@ TEST_P(AttentionKernels, ForwardAndBackwardMatchTheCpu) {
   Tensor gq_ref = empty(qs, d), gk_ref = empty(ks, d), gv_ref = empty(ks, d);
   cpu.attention_backward(q, k, v, out_ref, lse_ref, go, scale, gq_ref, gk_ref, gv_ref);
 
-  const Tensor dq = to_device(q, c.transposed, "q"), dk = to_device(k, c.transposed, "k"),
-               dv = to_device(v, c.transposed, "v"), dgo = to_device(go, c.transposed, "gout");
-  const Tensor dout = device_like(qs, d, c.transposed, "out");
-  const Tensor dlse = sim_empty({c.B, c.H, c.Tq}, sd, "lse");
-  attention_forward(dq, dk, dv, scale, dout, dlse, nullptr);
+  const Tensor dq = to_device(q, c.transposed), dk = to_device(k, c.transposed),
+               dv = to_device(v, c.transposed), dgo = to_device(go, c.transposed);
+  const Tensor dout = device_like(qs, d, c.transposed);
+  const Tensor dlse = device_empty({c.B, c.H, c.Tq}, sd);
+  kernels().attention_forward(dq, dk, dv, scale, dout, dlse);
 
   // Tolerances. f32: scores are D-term dot products of N(0,1) values (|s| up to ~4 after
   // scaling) and outputs are convex combinations of v (|o| <= ~3); the kernel and the CPU sum
@@ -93,7 +90,7 @@ TEST_P(AttentionKernels, ForwardAndBackwardMatchTheCpu) {
   const double unit = d == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
   const double atol = d == DType::f64 ? 1e-12 : 5e-5;
   const double rtol = half ? unit : (d == DType::f64 ? 1e-12 : 5e-5);
-  expect_close(sim_to_host_view(dlse), lse_ref, atol, rtol, "lse");
+  expect_close(to_host(dlse), lse_ref, atol, rtol, "lse");
   // 16-bit inputs take the tensor-core kernel, which rounds P to the input type before P V
   // (relative error unit / 2 per weight), so out may differ by up to unit / 2 * max|v| on top of
   // its own rounding; lse comes from the unrounded P and keeps the tolerance above.
@@ -101,11 +98,11 @@ TEST_P(AttentionKernels, ForwardAndBackwardMatchTheCpu) {
   expect_close(to_host(dout), out_ref, out_atol, rtol, "out");
 
   // The backward pass runs on the CPU's out and lse, so it is compared on its own.
-  const Tensor dgq = device_like(qs, d, c.transposed, "gq");
-  const Tensor dgk = device_like(ks, d, c.transposed, "gk"),
-               dgv = device_like(ks, d, c.transposed, "gv");
-  attention_backward(dq, dk, dv, to_device(out_ref, c.transposed, "out_ref"),
-                     sim_copy_shifted(lse_ref, 0, "lse_ref"), dgo, scale, dgq, dgk, dgv, nullptr);
+  const Tensor dgq = device_like(qs, d, c.transposed);
+  const Tensor dgk = device_like(ks, d, c.transposed),
+               dgv = device_like(ks, d, c.transposed);
+  kernels().attention_backward(dq, dk, dv, to_device(out_ref, c.transposed),
+                     device_copy_shifted(lse_ref, 0), dgo, scale, dgq, dgk, dgv);
   expect_close(to_host(dgq), gq_ref, atol, rtol, "gq");
   expect_close(to_host(dgk), gk_ref, atol, rtol, "gk");
   expect_close(to_host(dgv), gv_ref, atol, rtol, "gv");
@@ -126,31 +123,31 @@ INSTANTIATE_TEST_SUITE_P(
 // group, then queries), so the bits do not depend on the block schedule or host threads.
 TEST(AttentionKernelsDeterminism, BackwardBitsDoNotDependOnTheSchedule) {
   const Shape qs{1, 4, 40, 16}, ks{1, 2, 40, 16};
-  const Tensor q = sim_copy_shifted(host_randn(qs, DType::f32, 1), 0, "q");
-  const Tensor k = sim_copy_shifted(host_randn(ks, DType::f32, 2), 0, "k");
-  const Tensor v = sim_copy_shifted(host_randn(ks, DType::f32, 3), 0, "v");
-  const Tensor go = sim_copy_shifted(host_randn(qs, DType::f32, 4), 0, "gout");
-  const Tensor out = sim_empty(qs, DType::f32, "out"), lse = sim_empty({1, 4, 40}, DType::f32, "l");
-  attention_forward(q, k, v, 0.25, out, lse, nullptr);
+  const Tensor q = device_copy_shifted(host_randn(qs, DType::f32, 1), 0);
+  const Tensor k = device_copy_shifted(host_randn(ks, DType::f32, 2), 0);
+  const Tensor v = device_copy_shifted(host_randn(ks, DType::f32, 3), 0);
+  const Tensor go = device_copy_shifted(host_randn(qs, DType::f32, 4), 0);
+  const Tensor out = device_empty(qs, DType::f32), lse = device_empty({1, 4, 40}, DType::f32);
+  kernels().attention_forward(q, k, v, 0.25, out, lse);
   std::vector<Tensor> results;
   for (const auto& [schedule, threads] :
        {std::pair{sim::Schedule::kForward, 1}, std::pair{sim::Schedule::kReverse, 2}}) {
     const sim::ScopedOptions scoped(testing::options_with(schedule, threads));
-    const Tensor gq = sim_empty(qs, DType::f32, "gq"), gk = sim_empty(ks, DType::f32, "gk"),
-                 gv = sim_empty(ks, DType::f32, "gv");
-    attention_backward(q, k, v, out, lse, go, 0.25, gq, gk, gv, nullptr);
-    results.push_back(ops::cat({ops::reshape(sim_to_host_view(gq), {qs.numel()}),
-                                ops::reshape(sim_to_host_view(gk), {ks.numel()}),
-                                ops::reshape(sim_to_host_view(gv), {ks.numel()})},
+    const Tensor gq = device_empty(qs, DType::f32), gk = device_empty(ks, DType::f32),
+                 gv = device_empty(ks, DType::f32);
+    kernels().attention_backward(q, k, v, out, lse, go, 0.25, gq, gk, gv);
+    results.push_back(ops::cat({ops::reshape(to_host(gq), {qs.numel()}),
+                                ops::reshape(to_host(gk), {ks.numel()}),
+                                ops::reshape(to_host(gv), {ks.numel()})},
                                0));
   }
   expect_close(results[1], results[0], 0.0, 0.0, "gq, gk, gv under another schedule");
 }
 
 TEST(AttentionKernelsErrors, HeadDimOver128IsAClearError) {
-  const Tensor q = sim_empty({1, 1, 2, 130}, DType::f32, "q");
-  const Tensor lse = sim_empty({1, 1, 2}, DType::f32, "lse");
-  testing::expect_error([&] { attention_forward(q, q, q, 1.0, q, lse, nullptr); },
+  const Tensor q = device_empty({1, 1, 2, 130}, DType::f32);
+  const Tensor lse = device_empty({1, 1, 2}, DType::f32);
+  testing::expect_error([&] { kernels().attention_forward(q, q, q, 1.0, q, lse); },
                         {"attention", "head dim 130", "maximum of 128"});
 }
 

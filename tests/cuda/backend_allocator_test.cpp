@@ -8,7 +8,7 @@
 namespace tessera::cuda::testing {
 namespace {
 
-using BackendAllocator = SimulatedCuda;
+using BackendAllocator = DeviceCuda;
 
 TEST_F(BackendAllocator, LivePeakReservedFollowTensors) {
   Allocator& alloc = allocator_for(Device::cuda());

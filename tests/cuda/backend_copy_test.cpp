@@ -8,7 +8,7 @@
 namespace tessera::cuda::testing {
 namespace {
 
-using BackendCopy = SimulatedCuda;
+using BackendCopy = DeviceCuda;
 
 TEST_F(BackendCopy, RoundTripKeepsBitsForEveryDtype) {
   for (DType dtype : kAllDTypes) {

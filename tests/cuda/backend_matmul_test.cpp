@@ -9,7 +9,7 @@
 namespace tessera::cuda::testing {
 namespace {
 
-using BackendMatmul = SimulatedCuda;
+using BackendMatmul = DeviceCuda;
 
 constexpr int64_t kM = 17, kN = 19, kK = 23;
 
@@ -47,10 +47,10 @@ void check_case(Backend& gpu, bool ta, bool tb, bool with_bias, float beta, int6
       .matmul(ops::cast(a, ref_dtype), batched(ops::cast(b, ref_dtype)),
               with_bias ? ops::cast(bias, ref_dtype) : Tensor(), ref, args);
 
-  const Tensor da = SimulatedCudaAccess::upload(a), db = SimulatedCudaAccess::upload(b);
-  const Tensor dbias = with_bias ? SimulatedCudaAccess::upload(bias) : Tensor();
+  const Tensor da = DeviceCudaAccess::upload(a), db = DeviceCudaAccess::upload(b);
+  const Tensor dbias = with_bias ? DeviceCudaAccess::upload(bias) : Tensor();
   // beta = 0 must not read out: it starts as NaN from a fresh allocation in that case.
-  Tensor dout = beta != 0.0f ? SimulatedCudaAccess::upload(init)
+  Tensor dout = beta != 0.0f ? DeviceCudaAccess::upload(init)
                              : empty({batch, kM, kN}, dtype, Device::cuda());
   gpu.matmul(da, batched(db), dbias, dout, args);
   expect_close(ops::to(dout, Device::cpu()), ref, atol, rtol, what);
@@ -102,8 +102,8 @@ void check_gelu_case(Backend& gpu, bool ta, bool tb, bool with_bias, int64_t bat
 
   const Tensor dpre = empty({batch, kM, kN}, dtype, Device::cuda());
   const Tensor dout = empty({batch, kM, kN}, dtype, Device::cuda());
-  gpu.matmul_gelu(SimulatedCudaAccess::upload(a), SimulatedCudaAccess::upload(b),
-                  with_bias ? SimulatedCudaAccess::upload(bias) : Tensor(), dpre, dout, args);
+  gpu.matmul_gelu(DeviceCudaAccess::upload(a), DeviceCudaAccess::upload(b),
+                  with_bias ? DeviceCudaAccess::upload(bias) : Tensor(), dpre, dout, args);
   expect_close(ops::to(dpre, Device::cpu()), pre_ref, atol, rtol, what + ": pre");
   expect_close(ops::to(dout, Device::cpu()), out_ref, atol, rtol, what + ": out");
 }

@@ -1,6 +1,7 @@
 #pragma once
-// Shared by the CUDA backend tests: the simulated backend registered for Device::cuda(), and
-// host/device round trips through the front end.
+// Shared by the CUDA backend tests: the backend of the device under test
+// (tests/support/cuda_test_device.h: the simulator, or the GPU) registered for Device::cuda(),
+// and host/device round trips through the front end.
 
 #include <gtest/gtest.h>
 
@@ -12,17 +13,17 @@
 
 namespace tessera::cuda::testing {
 
-// Registers the simulated backend for every test of the suite.
-class SimulatedCuda : public ::testing::Test {
+// Registers the device's backend for every test of the suite.
+class DeviceCuda : public ::testing::Test {
  protected:
-  void SetUp() override { use_simulated_device(); }
+  void SetUp() override { test_device(); }
   static Backend& gpu() { return backend_for(Device::cuda()); }
   static Tensor to_gpu(const Tensor& host) { return ops::to(host, Device::cuda()); }
   static Tensor to_cpu(const Tensor& device) { return ops::to(device, Device::cpu()); }
 };
 
 // Uploads outside a fixture method.
-struct SimulatedCudaAccess {
+struct DeviceCudaAccess {
   static Tensor upload(const Tensor& host) { return ops::to(host, Device::cuda()); }
 };
 

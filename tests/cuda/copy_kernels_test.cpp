@@ -6,12 +6,14 @@
 
 #include <gtest/gtest.h>
 
-#include "tessera/cuda/kernels/copy.h"
+#include "tests/cuda/device_kernels.h"
 #include "tests/cuda/mirror_tensor.h"
 #include "tests/cuda/sim_test_util.h"
 
 namespace tessera::cuda {
 namespace {
+
+using testing::kernels;
 
 using testing::cpu_backend;
 using testing::expect_same_bits;
@@ -27,7 +29,7 @@ TEST(CopyKernels, EveryDtypePairIsBitIdenticalToCpu) {
       Mirror src = mirror(Shape{7, 9}, Strides{1, 7}, 0, src_dtype, seed++, -300.0, 300.0);
       Mirror dst = mirror(Shape{7, 9}, dst_dtype, seed++);
       cpu_backend().copy(src.host, dst.host);
-      copy(src.dev, dst.dev, nullptr);
+      kernels().copy(src.dev, dst.dev);
       expect_same_bits(dst, str_cat("copy ", dtype_name(src_dtype), " -> ", dtype_name(dst_dtype)));
     }
 }
@@ -55,7 +57,7 @@ TEST(CopyKernels, SameDtypeLayouts) {
       Mirror src = mirror(c.shape, c.src_strides, c.src_offset, dtype, seed++);
       Mirror dst = mirror(c.shape, c.dst_strides, c.dst_offset, dtype, seed++);
       cpu_backend().copy(src.host, dst.host);
-      copy(src.dev, dst.dev, nullptr);
+      kernels().copy(src.dev, dst.dev);
       expect_same_bits(dst, str_cat(c.name, " ", dtype_name(dtype)));
     }
 }
@@ -67,14 +69,14 @@ TEST(CopyKernels, VectorPathTails) {
       Mirror src = mirror(Shape{n}, dtype, uint64_t(n));
       Mirror dst = mirror(Shape{n}, dtype, uint64_t(n) + 1);
       cpu_backend().copy(src.host, dst.host);
-      copy(src.dev, dst.dev, nullptr);
+      kernels().copy(src.dev, dst.dev);
       expect_same_bits(dst, str_cat("memcpy ", dtype_name(dtype), " n=", n));
     }
 }
 
 TEST(CopyKernels, RejectsMismatchedShapes) {
   Mirror a = mirror(Shape{4}, DType::f32, 1), b = mirror(Shape{5}, DType::f32, 2);
-  testing::expect_error([&] { copy(a.dev, b.dev, nullptr); },
+  testing::expect_error([&] { kernels().copy(a.dev, b.dev); },
                         {"cuda copy", "shapes differ", "f32[4]", "f32[5]"});
 }
 

@@ -12,18 +12,20 @@
 #include "tessera/core/backend.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
-#include "tessera/cuda/kernels/cross_entropy.h"
+#include "tests/cuda/device_kernels.h"
 #include "tests/cuda/kernel_compare.h"
 #include "tests/cuda/sim_test_util.h"
 
 namespace tessera::cuda {
 namespace {
 
+using testing::kernels;
+
 using testing::expect_close;
 using testing::host_randn;
-using testing::sim_copy_shifted;
-using testing::sim_empty;
-using testing::sim_to_host_view;
+using testing::device_copy_shifted;
+using testing::device_empty;
+using testing::to_host;
 
 constexpr int64_t kIgnore = -100;
 
@@ -56,29 +58,29 @@ TEST_P(CrossEntropyKernels, ForwardAndBackwardMatchTheCpu) {
   Tensor glogits_ref = empty({rows, v}, d);
   cpu.cross_entropy_backward(logits, targets, lse_ref, gloss, valid_ref, kIgnore, glogits_ref);
 
-  const Tensor dlogits = ops::narrow(sim_copy_shifted(full_logits, shift, "logits"), 1, 0, v);
-  const Tensor dtargets = sim_copy_shifted(targets, 0, "targets");
-  const Tensor dloss = sim_empty({}, sd, "loss"), dlse = sim_empty({rows}, sd, "lse"),
-               dvalid = sim_empty({}, sd, "valid");
-  cross_entropy_forward(dlogits, dtargets, kIgnore, dloss, dlse, dvalid, nullptr);
+  const Tensor dlogits = ops::narrow(device_copy_shifted(full_logits, shift), 1, 0, v);
+  const Tensor dtargets = device_copy_shifted(targets, 0);
+  const Tensor dloss = device_empty({}, sd), dlse = device_empty({rows}, sd),
+               dvalid = device_empty({}, sd);
+  kernels().cross_entropy_forward(dlogits, dtargets, kIgnore, dloss, dlse, dvalid);
   // lse: the kernel's online sum and the CPU's two-pass sum add V <= 301 terms in different
   // orders, ~V * 2^-24 relative in the sum, so ~2e-5 absolute after the log; the loss is a mean
   // of such differences. f64: 2^-53 instead.
   const double tol = d == DType::f64 ? 1e-12 : 5e-5;
-  expect_close(sim_to_host_view(dlse), lse_ref, tol, 0.0, "lse");
-  expect_close(sim_to_host_view(dloss), loss_ref, tol, 0.0, "loss");
-  expect_close(sim_to_host_view(dvalid), valid_ref, 0.0, 0.0, "valid (a count: exact)");
+  expect_close(to_host(dlse), lse_ref, tol, 0.0, "lse");
+  expect_close(to_host(dloss), loss_ref, tol, 0.0, "loss");
+  expect_close(to_host(dvalid), valid_ref, 0.0, 0.0, "valid (a count: exact)");
 
   // The backward pass reads the CPU's lse, so only its own arithmetic is compared: the same
   // exp(x - lse) * scale in the same precision, up to exp's last-bit differences (f32: 1e-6
   // relative) and, for bf16, one rounding of the stored gradient (2^-8 relative).
-  const Tensor dglogits_full = sim_copy_shifted(empty({rows, vpad}, d), shift, "glogits");
+  const Tensor dglogits_full = device_copy_shifted(empty({rows, vpad}, d), shift);
   const Tensor dglogits = ops::narrow(dglogits_full, 1, 0, v);
-  cross_entropy_backward(dlogits, dtargets, sim_copy_shifted(lse_ref, 0, "lse_ref"),
-                         sim_copy_shifted(gloss, 0, "gloss"), sim_copy_shifted(valid_ref, 0, "n"),
-                         kIgnore, dglogits, nullptr);
+  kernels().cross_entropy_backward(dlogits, dtargets, device_copy_shifted(lse_ref, 0),
+                         device_copy_shifted(gloss, 0), device_copy_shifted(valid_ref, 0),
+                         kIgnore, dglogits);
   const double rtol = d == DType::bf16 ? 1.0 / 128 : (d == DType::f64 ? 1e-12 : 1e-5);
-  expect_close(ops::narrow(sim_to_host_view(dglogits_full), 1, 0, v), glogits_ref, 1e-9, rtol,
+  expect_close(ops::narrow(to_host(dglogits_full), 1, 0, v), glogits_ref, 1e-9, rtol,
                "glogits");
 }
 
@@ -93,17 +95,17 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(CrossEntropyKernelsEdge, AllRowsIgnoredGiveZeroLossAndGradient) {
   const int64_t rows = 4, v = 9;
-  const Tensor dlogits = sim_copy_shifted(host_randn({rows, v}, DType::f32, 3), 0, "logits");
-  const Tensor dtargets = sim_copy_shifted(full({rows}, double(kIgnore), DType::i64), 0, "t");
-  const Tensor dloss = sim_empty({}, DType::f32, "loss"), dlse = sim_empty({rows}, DType::f32, "l"),
-               dvalid = sim_empty({}, DType::f32, "valid");
-  cross_entropy_forward(dlogits, dtargets, kIgnore, dloss, dlse, dvalid, nullptr);
-  EXPECT_EQ(sim_to_host_view(dloss).item<float>(), 0.0f);
-  EXPECT_EQ(sim_to_host_view(dvalid).item<float>(), 0.0f);
-  const Tensor dg = sim_empty({rows, v}, DType::f32, "glogits");
-  cross_entropy_backward(dlogits, dtargets, dlse, sim_copy_shifted(full({}, 1.0), 0, "gloss"),
-                         dvalid, kIgnore, dg, nullptr);
-  expect_close(sim_to_host_view(dg), zeros({rows, v}), 0.0, 0.0, "glogits of ignored rows");
+  const Tensor dlogits = device_copy_shifted(host_randn({rows, v}, DType::f32, 3), 0);
+  const Tensor dtargets = device_copy_shifted(full({rows}, double(kIgnore), DType::i64), 0);
+  const Tensor dloss = device_empty({}, DType::f32), dlse = device_empty({rows}, DType::f32),
+               dvalid = device_empty({}, DType::f32);
+  kernels().cross_entropy_forward(dlogits, dtargets, kIgnore, dloss, dlse, dvalid);
+  EXPECT_EQ(to_host(dloss).item<float>(), 0.0f);
+  EXPECT_EQ(to_host(dvalid).item<float>(), 0.0f);
+  const Tensor dg = device_empty({rows, v}, DType::f32);
+  kernels().cross_entropy_backward(dlogits, dtargets, dlse, device_copy_shifted(full({}, 1.0), 0),
+                         dvalid, kIgnore, dg);
+  expect_close(to_host(dg), zeros({rows, v}), 0.0, 0.0, "glogits of ignored rows");
 }
 
 TEST(CrossEntropyKernelsEdge, InfiniteLogitsFollowTheCpu) {
@@ -113,22 +115,21 @@ TEST(CrossEntropyKernelsEdge, InfiniteLogitsFollowTheCpu) {
   const Tensor targets = from_vector<int64_t>({0, 2}, Shape{2});
   Tensor loss = empty({}), lse = empty({2}), valid = empty({});
   backend_for(Device::cpu()).cross_entropy_forward(logits, targets, kIgnore, loss, lse, valid);
-  const Tensor dlse = sim_empty({2}, DType::f32, "lse");
-  const Tensor dloss = sim_empty({}, DType::f32, "loss"), dvalid = sim_empty({}, DType::f32, "v");
-  cross_entropy_forward(sim_copy_shifted(logits, 0, "x"), sim_copy_shifted(targets, 0, "t"),
-                        kIgnore, dloss, dlse, dvalid, nullptr);
+  const Tensor dlse = device_empty({2}, DType::f32);
+  const Tensor dloss = device_empty({}, DType::f32), dvalid = device_empty({}, DType::f32);
+  kernels().cross_entropy_forward(device_copy_shifted(logits, 0), device_copy_shifted(targets, 0),
+                        kIgnore, dloss, dlse, dvalid);
   // Two finite terms in row 0: both sides compute log(1 + e^-1) + 2 to within f32 rounding.
-  expect_close(sim_to_host_view(dlse), lse, 1e-6, 0.0, "lse");
+  expect_close(to_host(dlse), lse, 1e-6, 0.0, "lse");
 }
 
 TEST(CrossEntropyKernelsEdge, FloatTargetsAreAClearError) {
-  const Tensor x = sim_empty({2, 3}, DType::f32, "x");
-  const Tensor t = sim_empty({2}, DType::f32, "t");
+  const Tensor x = device_empty({2, 3}, DType::f32);
+  const Tensor t = device_empty({2}, DType::f32);
   testing::expect_error(
       [&] {
-        cross_entropy_forward(x, t, kIgnore, sim_empty({}, DType::f32, "l"),
-                              sim_empty({2}, DType::f32, "lse"), sim_empty({}, DType::f32, "v"),
-                              nullptr);
+        kernels().cross_entropy_forward(x, t, kIgnore, device_empty({}, DType::f32),
+                              device_empty({2}, DType::f32), device_empty({}, DType::f32));
       },
       {"cross_entropy", "f32[2]", "must be i32 or i64"});
 }

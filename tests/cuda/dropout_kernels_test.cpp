@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
-#include "tessera/cuda/kernels/dropout.h"
+#include "tests/cuda/device_kernels.h"
 #include "tests/cuda/mirror_tensor.h"
 #include "tests/cuda/sim_test_util.h"
 
 namespace tessera::cuda {
 namespace {
+
+using testing::kernels;
 
 using testing::cpu_backend;
 using testing::expect_same_bits;
@@ -25,7 +27,7 @@ TEST(DropoutKernels, MaskAndValuesAreBitIdenticalToCpu) {
           Mirror x = mirror(Shape{n}, dtype, seed++);
           Mirror out = mirror(Shape{n}, dtype, seed++);
           cpu_backend().dropout(x.host, out.host, p, 42, offset);
-          dropout(x.dev, out.dev, p, 42, offset, nullptr);
+          kernels().dropout(x.dev, out.dev, p, 42, offset);
           expect_same_bits(
               out, str_cat("dropout ", dtype_name(dtype), " p=", p, " offset=", offset, " n=", n));
         }
@@ -35,9 +37,9 @@ TEST(DropoutKernels, InPlaceAndTheKeptFraction) {
   const int64_t n = 4000;
   Mirror x = mirror(Shape{n}, DType::f32, 5, 1.0, 2.0);  // nonzero, so zeros mean dropped
   cpu_backend().dropout(x.host, x.host, 0.25, 8, 100);
-  dropout(x.dev, x.dev, 0.25, 8, 100, nullptr);
+  kernels().dropout(x.dev, x.dev, 0.25, 8, 100);
   expect_same_bits(x, "dropout in place");
-  const Tensor h = testing::sim_to_host(x.dev_buf);
+  const Tensor h = testing::to_host(x.dev_buf);
   int64_t dropped = 0;
   for (int64_t i = 0; i < n; ++i) dropped += h.data<float>()[i] == 0.0f;
   // Binomial(4000, 0.25): mean 1000, sd ~27; 5 sd either side.
@@ -46,7 +48,7 @@ TEST(DropoutKernels, InPlaceAndTheKeptFraction) {
 
 TEST(DropoutKernels, RejectsIntegerTensors) {
   Mirror xi = mirror(Shape{4}, DType::i64, 1);
-  testing::expect_error([&] { dropout(xi.dev, xi.dev, 0.5, 1, 0, nullptr); },
+  testing::expect_error([&] { kernels().dropout(xi.dev, xi.dev, 0.5, 1, 0); },
                         {"cuda dropout", "floating", "i64"});
 }
 

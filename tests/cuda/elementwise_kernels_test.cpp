@@ -4,17 +4,20 @@
 
 #include <gtest/gtest.h>
 
-#include "tessera/cuda/kernels/elementwise.h"
+#include "tests/cuda/device_kernels.h"
 #include "tests/cuda/mirror_tensor.h"
 #include "tests/cuda/sim_test_util.h"
 
 namespace tessera::cuda {
 namespace {
 
+using testing::kernels;
+
 using testing::cpu_backend;
 using testing::expect_near;
 using testing::Mirror;
 using testing::mirror;
+using testing::upload;
 
 constexpr UnaryOp kUnaryOps[] = {UnaryOp::neg,   UnaryOp::exp,       UnaryOp::log,  UnaryOp::sqrt,
                                  UnaryOp::rsqrt, UnaryOp::tanh,      UnaryOp::gelu, UnaryOp::silu,
@@ -73,7 +76,7 @@ TEST(ElementwiseKernels, UnaryMatchesCpuForEveryOpDtypeAndLayout) {
         Mirror out = mirror(l.shape, l.strides, l.offset, dtype, seed++);
         const double scalar = 1.7;
         cpu_backend().unary(op, x.host, out.host, scalar);
-        unary(op, x.dev, out.dev, scalar, nullptr);
+        kernels().unary(op, x.dev, out.dev, scalar);
         expect_near(out, rtol_for(dtype), atol_for(dtype),
                     str_cat(unary_op_name(op), " ", dtype_name(dtype), " ", l.name));
       }
@@ -82,7 +85,7 @@ TEST(ElementwiseKernels, UnaryMatchesCpuForEveryOpDtypeAndLayout) {
 TEST(ElementwiseKernels, UnaryInPlaceAndOnIntegers) {
   Mirror x = mirror(Shape{101}, DType::f32, 7);
   cpu_backend().unary(UnaryOp::gelu, x.host, x.host, 0.0);
-  unary(UnaryOp::gelu, x.dev, x.dev, 0.0, nullptr);
+  kernels().unary(UnaryOp::gelu, x.dev, x.dev, 0.0);
   expect_near(x, rtol_for(DType::f32), atol_for(DType::f32), "gelu in place");
 
   for (DType dtype : {DType::i32, DType::i64})
@@ -90,11 +93,11 @@ TEST(ElementwiseKernels, UnaryInPlaceAndOnIntegers) {
       Mirror xi = mirror(Shape{37}, dtype, 8, -50.0, 50.0);
       Mirror oi = mirror(Shape{37}, dtype, 9);
       cpu_backend().unary(op, xi.host, oi.host, 0.0);
-      unary(op, xi.dev, oi.dev, 0.0, nullptr);
+      kernels().unary(op, xi.dev, oi.dev, 0.0);
       testing::expect_same_bits(oi, str_cat(unary_op_name(op), " ", dtype_name(dtype)));
     }
   Mirror xi = mirror(Shape{8}, DType::i32, 10);
-  testing::expect_error([&] { unary(UnaryOp::exp, xi.dev, xi.dev, 0.0, nullptr); },
+  testing::expect_error([&] { kernels().unary(UnaryOp::exp, xi.dev, xi.dev, 0.0); },
                         {"cuda exp", "integer tensors support only neg and relu", "i32"});
 }
 
@@ -111,9 +114,9 @@ TEST(ElementwiseKernels, UnaryBackwardMatchesCpu) {
         // y = op(x) computed on the CPU and given to both sides, so only the backward differs.
         Mirror y = mirror(l.shape, l.strides, l.offset, dtype, seed++);
         cpu_backend().unary(op, x.host, y.host, scalar);
-        std::memcpy(y.dev_buf.data_ptr(), y.host_buf.data_ptr(), y.host_buf.nbytes());
+        upload(y);
         cpu_backend().unary_backward(op, x.host, y.host, gy.host, gx.host, scalar);
-        unary_backward(op, x.dev, y.dev, gy.dev, gx.dev, scalar, nullptr);
+        kernels().unary_backward(op, x.dev, y.dev, gy.dev, gx.dev, scalar);
         expect_near(gx, rtol_for(dtype), atol_for(dtype),
                     str_cat(unary_op_name(op), " backward ", dtype_name(dtype), " ", l.name));
       }
@@ -123,10 +126,10 @@ TEST(ElementwiseKernels, UnaryBackwardWithoutYAndItsMisuse) {
   Mirror x = mirror(Shape{45}, DType::f32, 1), gy = mirror(Shape{45}, DType::f32, 2);
   Mirror gx = mirror(Shape{45}, DType::f32, 3);
   cpu_backend().unary_backward(UnaryOp::silu, x.host, Tensor(), gy.host, gx.host, 0.0);
-  unary_backward(UnaryOp::silu, x.dev, Tensor(), gy.dev, gx.dev, 0.0, nullptr);
+  kernels().unary_backward(UnaryOp::silu, x.dev, Tensor(), gy.dev, gx.dev, 0.0);
   expect_near(gx, rtol_for(DType::f32), atol_for(DType::f32), "silu backward without y");
   testing::expect_error(
-      [&] { unary_backward(UnaryOp::exp, x.dev, Tensor(), gy.dev, gx.dev, 0.0, nullptr); },
+      [&] { kernels().unary_backward(UnaryOp::exp, x.dev, Tensor(), gy.dev, gx.dev, 0.0); },
       {"cuda exp backward", "needs y"});
 }
 
@@ -146,7 +149,7 @@ TEST(ElementwiseKernels, BinaryBroadcastsEveryOpAndDtype) {
         const Mirror& rhs = which == 0 ? b : s;
         Mirror out = mirror(shape, dtype, seed++);
         cpu_backend().binary(op, a.host, rhs.host, out.host);
-        binary(op, a.dev, rhs.dev, out.dev, nullptr);
+        kernels().binary(op, a.dev, rhs.dev, out.dev);
         // Each element is one correctly rounded IEEE op (or exact integer op) on both sides,
         // followed by the same round-to-nearest-even to the storage type: bit-identical.
         testing::expect_same_bits(
@@ -161,7 +164,7 @@ TEST(ElementwiseKernels, BinaryContiguousVectorPathTailsAndInPlace) {
       Mirror a = mirror(Shape{n}, dtype, uint64_t(n), -9.0, 9.0);
       Mirror b = mirror(Shape{n}, dtype, uint64_t(n) + 50, -9.0, 9.0);
       cpu_backend().binary(BinaryOp::mul, a.host, b.host, a.host);
-      binary(BinaryOp::mul, a.dev, b.dev, a.dev, nullptr);
+      kernels().binary(BinaryOp::mul, a.dev, b.dev, a.dev);
       testing::expect_same_bits(a, str_cat("mul in place ", dtype_name(dtype), " n=", n));
     }
 }
@@ -177,7 +180,7 @@ TEST(ElementwiseKernels, WhereWithAnyConditionDtype) {
       Mirror b = mirror(shape, Strides{1, 0, 4}, 0, dtype, seed++);
       Mirror out = mirror(shape, Strides{1, 20, 4}, 0, dtype, seed++);
       cpu_backend().where(cond.host, a.host, b.host, out.host);
-      where(cond.dev, a.dev, b.dev, out.dev, nullptr);
+      kernels().where(cond.dev, a.dev, b.dev, out.dev);
       testing::expect_same_bits(
           out, str_cat("where cond ", dtype_name(cond_dtype), " ", dtype_name(dtype)));
     }

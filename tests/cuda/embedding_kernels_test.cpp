@@ -4,17 +4,20 @@
 
 #include <gtest/gtest.h>
 
-#include "tessera/cuda/kernels/embedding.h"
+#include "tests/cuda/device_kernels.h"
 #include "tests/cuda/mirror_tensor.h"
 #include "tests/cuda/sim_test_util.h"
 
 namespace tessera::cuda {
 namespace {
 
+using testing::kernels;
+
 using testing::cpu_backend;
 using testing::expect_same_bits;
 using testing::Mirror;
 using testing::mirror;
+using testing::upload;
 
 TEST(EmbeddingKernels, ForwardGathersRowsBitExactly) {
   uint64_t seed = 1;
@@ -26,7 +29,7 @@ TEST(EmbeddingKernels, ForwardGathersRowsBitExactly) {
         Mirror ids = mirror(Shape{n}, id_dtype, seed++, 0.0, double(v));
         Mirror out = mirror(Shape{n, c}, dtype, seed++);
         cpu_backend().embedding_forward(w.host, ids.host, out.host);
-        embedding_forward(w.dev, ids.dev, out.dev, nullptr);
+        kernels().embedding_forward(w.dev, ids.dev, out.dev);
         expect_same_bits(
             out, str_cat("embedding ", dtype_name(dtype), " ids ", dtype_name(id_dtype), " C=", c));
       }
@@ -43,9 +46,9 @@ TEST(EmbeddingKernels, BackwardMatchesCpuBits) {
       Mirror gy = mirror(Shape{n, c}, dtype, seed++);
       Mirror gw = mirror(Shape{v, c}, dtype, seed++);
       std::memset(gw.host_buf.data_ptr(), 0, gw.host_buf.nbytes());
-      std::memset(gw.dev_buf.data_ptr(), 0, gw.dev_buf.nbytes());
+      upload(gw);
       cpu_backend().embedding_backward(ids.host, gy.host, gw.host);
-      embedding_backward(ids.dev, gy.dev, gw.dev, nullptr);
+      kernels().embedding_backward(ids.dev, gy.dev, gw.dev);
       expect_same_bits(gw, str_cat("embedding_backward ", dtype_name(dtype), " n=", n));
     }
 }
@@ -54,7 +57,7 @@ TEST(EmbeddingKernels, BackwardAddsOntoExistingValues) {
   Mirror ids = mirror(Shape{20}, DType::i32, 1, 0.0, 4.0);
   Mirror gy = mirror(Shape{20, 6}, DType::f32, 2), gw = mirror(Shape{5, 6}, DType::f32, 3);
   cpu_backend().embedding_backward(ids.host, gy.host, gw.host);
-  embedding_backward(ids.dev, gy.dev, gw.dev, nullptr);
+  kernels().embedding_backward(ids.dev, gy.dev, gw.dev);
   expect_same_bits(gw, "embedding_backward onto nonzero gweight");
 }
 
@@ -62,12 +65,12 @@ TEST(EmbeddingKernels, IdsOutsideTheTableAreReportedByPosition) {
   Mirror w = mirror(Shape{4, 8}, DType::f32, 1);
   std::vector<int64_t> bad = {1, 3, 4, 0, -1};
   Tensor ids_host = from_vector(bad, Shape{5});
-  Tensor ids = testing::sim_copy(ids_host);
+  Tensor ids = testing::device_copy(ids_host);
   Mirror out = mirror(Shape{5, 8}, DType::f32, 2);
-  testing::expect_error([&] { embedding_forward(w.dev, ids, out.dev, nullptr); },
+  testing::expect_error([&] { kernels().embedding_forward(w.dev, ids, out.dev); },
                         {"embedding: id 4 at flat position 2 is outside [0, 4)"});
   Mirror gy = mirror(Shape{5, 8}, DType::f32, 3);
-  testing::expect_error([&] { embedding_backward(ids, gy.dev, w.dev, nullptr); },
+  testing::expect_error([&] { kernels().embedding_backward(ids, gy.dev, w.dev); },
                         {"embedding_backward: id 4 at flat position 2 is outside [0, 4)"});
 }
 

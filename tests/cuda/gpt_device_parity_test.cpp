@@ -7,16 +7,14 @@
 //     values, with bounds derived from bf16's 8 significant bits; its AdamW steps run through
 //     MixedPrecision (fp32 master weights and state on the device), as `tessera train
 //     --precision bf16` does.
-// Where: the simulated device by default (CI; about 10 s), the GPU when
-// TESSERA_GPT_DEVICE_PARITY=gpu (bench/gpu_check.sh runs the suite alone that way, so that no
-// other test of this binary has registered the simulator over the GPU backend).
+// Where: the device TESSERA_TEST_CUDA names (tests/support/cuda_test_device.h): the simulated
+// device by default (CI; about 10 s), the GPU with TESSERA_TEST_CUDA=gpu.
 
-#include <cstdlib>
 #include <iomanip>
 #include <iostream>
 
 #include "nn/gpt2_parity_fixture.h"
-#include "tessera/cuda/cuda.h"
+#include "tests/support/cuda_test_device.h"
 
 namespace tessera::nn {
 namespace {
@@ -28,33 +26,11 @@ constexpr double kBf16Unit = 1.0 / 512.0;
 // The bf16 logits' bound relative to their scale: 25 roundings in series (see the bf16 test).
 constexpr double kBf16Logits = 25 * kBf16Unit;
 
-Device parity_device() {
-  const char* env = std::getenv("TESSERA_GPT_DEVICE_PARITY");
-  const std::string mode = env != nullptr ? env : "";
-  if (mode == "gpu") {
-#if defined(TESSERA_HAS_CUDA)
-    TESSERA_CHECK(cuda::device_count() > 0,
-                  "TESSERA_GPT_DEVICE_PARITY=gpu, but no CUDA device is visible");
-    cuda::init_device(0);
-    TESSERA_CHECK(!cuda::device_is_simulated(),
-                  "TESSERA_GPT_DEVICE_PARITY=gpu, but an earlier test registered the simulated "
-                  "backend: run this suite alone (--gtest_filter='GptDeviceParity*')");
-    return Device::cuda(0);
-#else
-    detail::throw_error("TESSERA_GPT_DEVICE_PARITY=gpu, but this build has no GPU backend");
-#endif
-  }
-  TESSERA_CHECK(mode.empty() || mode == "sim",
-                "TESSERA_GPT_DEVICE_PARITY must be sim or gpu, got '", mode, "'");
-  cuda::use_simulated_device();
-  return Device::cuda(0);
-}
-
 class GptDeviceParity : public testing::Gpt2ParityFixture {
  protected:
   void SetUp() override {
     Gpt2ParityFixture::SetUp();
-    device_ = parity_device();
+    device_ = tessera::testing::cuda_test_device();
   }
 
   // The fixture's model in `dtype`, on the device.

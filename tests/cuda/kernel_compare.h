@@ -1,7 +1,7 @@
 #pragma once
 // Helpers for the kernel-family tests (norm, cross-entropy, attention, AdamW): random host
-// tensors, device copies at a deliberately misaligned address, and an element-wise comparison
-// with a tolerance of |ref| * rtol + atol that reports the worst element.
+// tensors and an element-wise comparison with a tolerance of |ref| * rtol + atol that reports
+// the worst element. Device tensors are in tests/cuda/device_tensor.h.
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include "tessera/core/ops/movement.h"
 #include "tessera/core/random.h"
 #include "tessera/core/tensor.h"
-#include "tests/cuda/sim_tensor.h"
+#include "tests/cuda/device_tensor.h"
 
 namespace tessera::cuda::testing {
 
@@ -21,24 +21,6 @@ namespace tessera::cuda::testing {
 inline Tensor host_randn(const Shape& shape, DType dtype, uint64_t seed, double std = 1.0) {
   Generator gen(seed);
   return ops::cast(randn(shape, gen, DType::f32, Device::cpu(), 0.0, std), dtype);
-}
-
-// A contiguous device copy of `host` that starts `shift` elements past a 256-byte aligned
-// address, so that 16-byte vector paths must not be taken (shift 0: aligned).
-inline Tensor sim_copy_shifted(const Tensor& host, int64_t shift, std::string_view name) {
-  const Tensor c = ops::contiguous(host);
-  const Shape flat{c.numel() + shift};
-  Tensor base = sim_empty(flat, c.dtype(), name);
-  Tensor view(base.storage(), c.shape(), contiguous_strides(c.shape()), shift, c.dtype());
-  if (c.nbytes() > 0) std::memcpy(view.data_ptr(), c.data_ptr(), c.nbytes());
-  return view;
-}
-
-// A host copy of a (possibly offset) contiguous device tensor.
-inline Tensor sim_to_host_view(const Tensor& d) {
-  Tensor h = tessera::empty(d.shape(), d.dtype());
-  if (d.nbytes() > 0) std::memcpy(h.data_ptr(), d.data_ptr(), d.nbytes());
-  return h;
 }
 
 // Expects |got - ref| <= atol + rtol * |ref| element-wise (both on the host, same shape; any

@@ -1,6 +1,6 @@
 #pragma once
 // Kernel-vs-CPU test helpers: a Mirror is one random buffer held twice, on the host and in
-// guarded simulated device memory, with a view of the same layout (shape, strides, offset) on
+// device memory (tests/cuda/device_tensor.h), with a view of the same layout (shape, strides, offset) on
 // each. A test runs the CPU backend on the host view and a launcher on the device view, then
 // compares the WHOLE buffers: that checks the values and also that nothing outside the view
 // was written.
@@ -18,13 +18,12 @@
 #include "tessera/core/random.h"
 #include "tessera/core/tensor.h"
 #include "tests/cuda/kernel_compare.h"
-#include "tests/cuda/sim_tensor.h"
 
 namespace tessera::cuda::testing {
 
 struct Mirror {
   Tensor host_buf;  // contiguous 1-d, on the CPU
-  Tensor dev_buf;   // the same bytes in simulated device memory
+  Tensor dev_buf;   // the same bytes on the device under test
   Tensor host;      // the view on host_buf
   Tensor dev;       // the same view on dev_buf
 };
@@ -59,10 +58,15 @@ inline Mirror mirror(const Shape& shape, const Strides& strides, int64_t offset,
   }
   Mirror m;
   m.host_buf = ops::contiguous(ops::cast(u, dtype));
-  m.dev_buf = sim_copy(m.host_buf, "mirror");
+  m.dev_buf = device_copy(m.host_buf);
   m.host = view_of(m.host_buf, shape, strides, offset);
   m.dev = view_of(m.dev_buf, shape, strides, offset);
   return m;
+}
+
+// Copies the host buffer to the device buffer again, after a test changed it.
+inline void upload(const Mirror& m) {
+  upload(m.host_buf, m.dev_buf);
 }
 
 // A contiguous mirror.
@@ -78,12 +82,12 @@ inline Backend& cpu_backend() {
 // Every element of the device buffer within atol + rtol * |expected| of the host buffer (NaN
 // matches NaN, an infinity only itself).
 inline void expect_near(const Mirror& m, double rtol, double atol, const std::string& what) {
-  expect_close(sim_to_host(m.dev_buf), m.host_buf, atol, rtol, what);
+  expect_close(to_host(m.dev_buf), m.host_buf, atol, rtol, what);
 }
 
 // The device buffer has exactly the host buffer's bytes.
 inline void expect_same_bits(const Mirror& m, const std::string& what) {
-  const Tensor got = sim_to_host(m.dev_buf);
+  const Tensor got = to_host(m.dev_buf);
   ASSERT_EQ(got.nbytes(), m.host_buf.nbytes());
   EXPECT_EQ(std::memcmp(got.data_ptr(), m.host_buf.data_ptr(), got.nbytes()), 0)
       << what << ": device and cpu bytes differ";

@@ -10,18 +10,20 @@
 
 #include "tessera/core/backend.h"
 #include "tessera/core/ops/elementwise.h"
-#include "tessera/cuda/kernels/norm.h"
+#include "tests/cuda/device_kernels.h"
 #include "tests/cuda/kernel_compare.h"
 #include "tests/cuda/sim_test_util.h"
 
 namespace tessera::cuda {
 namespace {
 
+using testing::kernels;
+
 using testing::expect_close;
 using testing::host_randn;
-using testing::sim_copy_shifted;
-using testing::sim_empty;
-using testing::sim_to_host_view;
+using testing::device_copy_shifted;
+using testing::device_empty;
+using testing::to_host;
 
 // Tolerances by dtype. f32: the kernel and the CPU sum each row (n <= 333 terms of size O(1))
 // in different orders, a difference of at most ~n * 2^-24 relative in mean, variance and the
@@ -71,25 +73,25 @@ TEST_P(NormKernels, LayerNormForwardAndBackwardMatchTheCpu) {
   Tensor gx_ref = empty({R, N}, d), gw_ref = empty({N}, d), gb_ref = empty({N}, d);
   cpu().layernorm_backward(x, w, mean_ref, rstd_ref, gy, gx_ref, gw_ref, gb_ref);
 
-  const Tensor dx = sim_copy_shifted(x, shift(), "x"), dw = sim_copy_shifted(w, shift(), "w"),
-               db = sim_copy_shifted(b, shift(), "b"), dgy = sim_copy_shifted(gy, shift(), "gy");
-  const Tensor dy = sim_copy_shifted(empty({R, N}, d), shift(), "y");
-  const Tensor dmean = sim_empty({R}, stat_dtype(d), "mean"),
-               drstd = sim_empty({R}, stat_dtype(d), "rstd");
-  layernorm_forward(dx, dw, db, eps, dy, dmean, drstd, nullptr);
+  const Tensor dx = device_copy_shifted(x, shift()), dw = device_copy_shifted(w, shift()),
+               db = device_copy_shifted(b, shift()), dgy = device_copy_shifted(gy, shift());
+  const Tensor dy = device_copy_shifted(empty({R, N}, d), shift());
+  const Tensor dmean = device_empty({R}, stat_dtype(d)),
+               drstd = device_empty({R}, stat_dtype(d));
+  kernels().layernorm_forward(dx, dw, db, eps, dy, dmean, drstd);
   const Tol t = tolerance(d), s = sum_tolerance(d);
-  expect_close(sim_to_host_view(dy), y_ref, t.atol, t.rtol, "y");
-  expect_close(sim_to_host_view(dmean), mean_ref, t.atol, t.rtol, "mean");
-  expect_close(sim_to_host_view(drstd), rstd_ref, t.atol, t.rtol, "rstd");
+  expect_close(to_host(dy), y_ref, t.atol, t.rtol, "y");
+  expect_close(to_host(dmean), mean_ref, t.atol, t.rtol, "mean");
+  expect_close(to_host(drstd), rstd_ref, t.atol, t.rtol, "rstd");
 
-  const Tensor dgx = sim_copy_shifted(empty({R, N}, d), shift(), "gx");
-  const Tensor dgw = sim_empty({N}, d, "gw"), dgb = sim_empty({N}, d, "gb");
+  const Tensor dgx = device_copy_shifted(empty({R, N}, d), shift());
+  const Tensor dgw = device_empty({N}, d), dgb = device_empty({N}, d);
   // The CPU's statistics, so that only the backward kernel is compared.
-  layernorm_backward(dx, dw, sim_copy_shifted(mean_ref, 0, "mean"),
-                     sim_copy_shifted(rstd_ref, 0, "rstd"), dgy, dgx, dgw, dgb, nullptr);
-  expect_close(sim_to_host_view(dgx), gx_ref, t.atol, t.rtol, "gx");
-  expect_close(sim_to_host_view(dgw), gw_ref, s.atol, s.rtol, "gw");
-  expect_close(sim_to_host_view(dgb), gb_ref, s.atol, s.rtol, "gb");
+  kernels().layernorm_backward(dx, dw, device_copy_shifted(mean_ref, 0),
+                     device_copy_shifted(rstd_ref, 0), dgy, dgx, dgw, dgb);
+  expect_close(to_host(dgx), gx_ref, t.atol, t.rtol, "gx");
+  expect_close(to_host(dgw), gw_ref, s.atol, s.rtol, "gw");
+  expect_close(to_host(dgb), gb_ref, s.atol, s.rtol, "gb");
 }
 
 TEST_P(NormKernels, RmsNormForwardAndBackwardMatchTheCpu) {
@@ -103,25 +105,25 @@ TEST_P(NormKernels, RmsNormForwardAndBackwardMatchTheCpu) {
   Tensor gx_ref = empty({R, N}, d), gw_ref = empty({N}, d);
   cpu().rmsnorm_backward(x, w, rstd_ref, gy, gx_ref, gw_ref);
 
-  const Tensor dx = sim_copy_shifted(x, shift(), "x"), dw = sim_copy_shifted(w, shift(), "w"),
-               dgy = sim_copy_shifted(gy, shift(), "gy");
-  const Tensor dy = sim_copy_shifted(empty({R, N}, d), shift(), "y");
-  const Tensor drstd = sim_empty({R}, stat_dtype(d), "rstd");
-  rmsnorm_forward(dx, dw, eps, dy, drstd, nullptr);
+  const Tensor dx = device_copy_shifted(x, shift()), dw = device_copy_shifted(w, shift()),
+               dgy = device_copy_shifted(gy, shift());
+  const Tensor dy = device_copy_shifted(empty({R, N}, d), shift());
+  const Tensor drstd = device_empty({R}, stat_dtype(d));
+  kernels().rmsnorm_forward(dx, dw, eps, dy, drstd);
   const Tol t = tolerance(d), s = sum_tolerance(d);
-  expect_close(sim_to_host_view(dy), y_ref, t.atol, t.rtol, "y");
-  expect_close(sim_to_host_view(drstd), rstd_ref, t.atol, t.rtol, "rstd");
+  expect_close(to_host(dy), y_ref, t.atol, t.rtol, "y");
+  expect_close(to_host(drstd), rstd_ref, t.atol, t.rtol, "rstd");
 
-  const Tensor dgx = sim_copy_shifted(empty({R, N}, d), shift(), "gx");
-  const Tensor dgw = sim_empty({N}, d, "gw");
-  rmsnorm_backward(dx, dw, sim_copy_shifted(rstd_ref, 0, "rstd"), dgy, dgx, dgw, nullptr);
-  expect_close(sim_to_host_view(dgx), gx_ref, t.atol, t.rtol, "gx");
-  expect_close(sim_to_host_view(dgw), gw_ref, s.atol, s.rtol, "gw");
+  const Tensor dgx = device_copy_shifted(empty({R, N}, d), shift());
+  const Tensor dgw = device_empty({N}, d);
+  kernels().rmsnorm_backward(dx, dw, device_copy_shifted(rstd_ref, 0), dgy, dgx, dgw);
+  expect_close(to_host(dgx), gx_ref, t.atol, t.rtol, "gx");
+  expect_close(to_host(dgw), gw_ref, s.atol, s.rtol, "gw");
 
   // gw not wanted: gx alone, and the same bits as before.
-  const Tensor dgx2 = sim_copy_shifted(empty({R, N}, d), shift(), "gx2");
-  rmsnorm_backward(dx, dw, sim_copy_shifted(rstd_ref, 0, "rstd"), dgy, dgx2, Tensor(), nullptr);
-  expect_close(sim_to_host_view(dgx2), sim_to_host_view(dgx), 0.0, 0.0, "gx without gw");
+  const Tensor dgx2 = device_copy_shifted(empty({R, N}, d), shift());
+  kernels().rmsnorm_backward(dx, dw, device_copy_shifted(rstd_ref, 0), dgy, dgx2, Tensor());
+  expect_close(to_host(dgx2), to_host(dgx), 0.0, 0.0, "gx without gw");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -139,32 +141,31 @@ INSTANTIATE_TEST_SUITE_P(
 // one or two host threads here).
 TEST(NormKernelsDeterminism, LayerNormBackwardBitsDoNotDependOnTheSchedule) {
   const int64_t R = 100, N = 48;
-  const Tensor dx = sim_copy_shifted(host_randn({R, N}, DType::f32, 1), 0, "x");
-  const Tensor dw = sim_copy_shifted(host_randn({N}, DType::f32, 2), 0, "w");
-  const Tensor dgy = sim_copy_shifted(host_randn({R, N}, DType::f32, 3), 0, "gy");
-  const Tensor dmean = sim_empty({R}, DType::f32, "mean"), drstd = sim_empty({R}, DType::f32, "r");
-  layernorm_forward(dx, dw, Tensor(), 1e-5, sim_empty({R, N}, DType::f32, "y"), dmean, drstd,
-                    nullptr);
+  const Tensor dx = device_copy_shifted(host_randn({R, N}, DType::f32, 1), 0);
+  const Tensor dw = device_copy_shifted(host_randn({N}, DType::f32, 2), 0);
+  const Tensor dgy = device_copy_shifted(host_randn({R, N}, DType::f32, 3), 0);
+  const Tensor dmean = device_empty({R}, DType::f32), drstd = device_empty({R}, DType::f32);
+  kernels().layernorm_forward(dx, dw, Tensor(), 1e-5, device_empty({R, N}, DType::f32), dmean, drstd);
   std::vector<Tensor> results;
   for (const auto& [schedule, threads] :
        {std::pair{sim::Schedule::kForward, 1}, std::pair{sim::Schedule::kReverse, 2}}) {
     const sim::ScopedOptions scoped(testing::options_with(schedule, threads));
-    const Tensor gx = sim_empty({R, N}, DType::f32, "gx"), gw = sim_empty({N}, DType::f32, "gw"),
-                 gb = sim_empty({N}, DType::f32, "gb");
-    layernorm_backward(dx, dw, dmean, drstd, dgy, gx, gw, gb, nullptr);
+    const Tensor gx = device_empty({R, N}, DType::f32), gw = device_empty({N}, DType::f32),
+                 gb = device_empty({N}, DType::f32);
+    kernels().layernorm_backward(dx, dw, dmean, drstd, dgy, gx, gw, gb);
     results.push_back(ops::cat(
-        {ops::reshape(sim_to_host_view(gx), {R * N}), sim_to_host_view(gw), sim_to_host_view(gb)},
+        {ops::reshape(to_host(gx), {R * N}), to_host(gw), to_host(gb)},
         0));
   }
   expect_close(results[1], results[0], 0.0, 0.0, "gx, gw, gb under another schedule");
 }
 
 TEST(NormKernelsErrors, IntegerInputIsAClearError) {
-  const Tensor x = sim_empty({2, 3}, DType::i32, "x");
-  const Tensor w = sim_empty({3}, DType::i32, "w");
-  const Tensor y = sim_empty({2, 3}, DType::i32, "y");
-  const Tensor r = sim_empty({2}, DType::f32, "rstd");
-  testing::expect_error([&] { rmsnorm_forward(x, w, 1e-5, y, r, nullptr); },
+  const Tensor x = device_empty({2, 3}, DType::i32);
+  const Tensor w = device_empty({3}, DType::i32);
+  const Tensor y = device_empty({2, 3}, DType::i32);
+  const Tensor r = device_empty({2}, DType::f32);
+  testing::expect_error([&] { kernels().rmsnorm_forward(x, w, 1e-5, y, r); },
                         {"rmsnorm", "i32[2, 3]", "must be f32, f64, bf16 or f16"});
 }
 

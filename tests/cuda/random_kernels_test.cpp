@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
-#include "tessera/cuda/kernels/random.h"
+#include "tests/cuda/device_kernels.h"
 #include "tests/cuda/mirror_tensor.h"
 #include "tests/cuda/sim_test_util.h"
 
 namespace tessera::cuda {
 namespace {
+
+using testing::kernels;
 
 using testing::cpu_backend;
 using testing::expect_same_bits;
@@ -25,7 +27,7 @@ TEST(RandomKernels, UniformIsBitIdenticalToCpu) {
       for (int64_t n : kSizes) {
         Mirror out = mirror(Shape{n}, dtype, 1);
         cpu_backend().random_uniform(out.host, -1.5, 3.0, 1234, offset);
-        random_uniform(out.dev, -1.5, 3.0, 1234, offset, nullptr);
+        kernels().random_uniform(out.dev, -1.5, 3.0, 1234, offset);
         expect_same_bits(out, str_cat("rand ", dtype_name(dtype), " n=", n, " offset=", offset));
       }
 }
@@ -36,7 +38,7 @@ TEST(RandomKernels, NormalIsBitIdenticalToCpu) {
       for (int64_t n : kSizes) {
         Mirror out = mirror(Shape{n}, dtype, 2);
         cpu_backend().random_normal(out.host, 0.5, 2.0, 99, offset);
-        random_normal(out.dev, 0.5, 2.0, 99, offset, nullptr);
+        kernels().random_normal(out.dev, 0.5, 2.0, 99, offset);
         expect_same_bits(out, str_cat("randn ", dtype_name(dtype), " n=", n, " offset=", offset));
       }
 }
@@ -44,21 +46,20 @@ TEST(RandomKernels, NormalIsBitIdenticalToCpu) {
 // A tensor drawn in two pieces (the second at offset + size of the first) equals one draw.
 TEST(RandomKernels, SplittingATensorDoesNotChangeItsValues) {
   Mirror whole = mirror(Shape{30}, DType::f32, 3);
-  random_normal(whole.dev, 0.0, 1.0, 7, 11, nullptr);
+  kernels().random_normal(whole.dev, 0.0, 1.0, 7, 11);
   Mirror part = mirror(Shape{30}, DType::f32, 4);
-  random_normal(testing::view_of(part.dev_buf, Shape{13}, Strides{1}, 0), 0.0, 1.0, 7, 11, nullptr);
-  random_normal(testing::view_of(part.dev_buf, Shape{17}, Strides{1}, 13), 0.0, 1.0, 7, 24,
-                nullptr);
-  const Tensor a = testing::sim_to_host(whole.dev_buf), b = testing::sim_to_host(part.dev_buf);
+  kernels().random_normal(testing::view_of(part.dev_buf, Shape{13}, Strides{1}, 0), 0.0, 1.0, 7, 11);
+  kernels().random_normal(testing::view_of(part.dev_buf, Shape{17}, Strides{1}, 13), 0.0, 1.0, 7, 24);
+  const Tensor a = testing::to_host(whole.dev_buf), b = testing::to_host(part.dev_buf);
   EXPECT_EQ(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()), 0);
 }
 
 TEST(RandomKernels, RejectsIntegerOrStridedTensors) {
   Mirror xi = mirror(Shape{4}, DType::i32, 1);
-  testing::expect_error([&] { random_uniform(xi.dev, 0, 1, 1, 0, nullptr); },
+  testing::expect_error([&] { kernels().random_uniform(xi.dev, 0, 1, 1, 0); },
                         {"cuda rand", "contiguous floating", "i32"});
   Mirror xs = mirror(Shape{3, 2}, Strides{1, 3}, 0, DType::f32, 2);
-  testing::expect_error([&] { random_normal(xs.dev, 0, 1, 1, 0, nullptr); },
+  testing::expect_error([&] { kernels().random_normal(xs.dev, 0, 1, 1, 0); },
                         {"cuda randn", "contiguous floating"});
 }
 

@@ -7,19 +7,21 @@
 #include <cmath>
 #include <limits>
 
-#include "tessera/cuda/kernels/reduce.h"
-#include "tessera/cuda/kernels/squared_norm.h"
+#include "tests/cuda/device_kernels.h"
 #include "tests/cuda/mirror_tensor.h"
 #include "tests/cuda/sim_test_util.h"
 
 namespace tessera::cuda {
 namespace {
 
+using testing::kernels;
+
 using testing::cpu_backend;
 using testing::expect_near;
 using testing::expect_same_bits;
 using testing::Mirror;
 using testing::mirror;
+using testing::upload;
 
 // [outer, r, inner] shapes reaching each kernel: warp per row (r <= 1024), block per row,
 // split rows (r >= 16384 with few rows), the inner > 1 kernel (ragged inner), and r = 1.
@@ -43,7 +45,7 @@ TEST(ReduceKernels, SumMeanMaxMatchCpuForEveryKernelShapeAndDtype) {
         const Tensor host_idx = op == ReduceOp::max ? idx.host : Tensor();
         const Tensor dev_idx = op == ReduceOp::max ? idx.dev : Tensor();
         cpu_backend().reduce(op, x.host, out.host, host_idx);
-        reduce(op, x.dev, out.dev, dev_idx, nullptr);
+        kernels().reduce(op, x.dev, out.dev, dev_idx);
         const std::string what =
             str_cat(reduce_op_name(op), " ", dtype_name(dtype), " ", shape.to_string());
         if (op == ReduceOp::mean && is_floating(dtype)) {
@@ -72,11 +74,11 @@ TEST(ReduceKernels, MaxTiesAndNans) {
       for (int64_t k = 0; k < r; ++k)
         h[(r + k) * inner + i] = -std::numeric_limits<float>::infinity();
     }
-    std::memcpy(x.dev_buf.data_ptr(), h, x.host_buf.nbytes());
+    upload(x);
     Mirror out = mirror(Shape{shape[0], inner}, DType::f32, 8);
     Mirror idx = mirror(Shape{shape[0], inner}, DType::i64, 9);
     cpu_backend().reduce(ReduceOp::max, x.host, out.host, idx.host);
-    reduce(ReduceOp::max, x.dev, out.dev, idx.dev, nullptr);
+    kernels().reduce(ReduceOp::max, x.dev, out.dev, idx.dev);
     expect_same_bits(out, "max values " + shape.to_string());
     expect_same_bits(idx, "max indices " + shape.to_string());
     EXPECT_EQ(idx.host.data<int64_t>()[0], r / 2);  // the first NaN
@@ -89,14 +91,14 @@ TEST(ReduceKernels, MaxBackwardWritesEveryElement) {
     Mirror x = mirror(shape, dtype, 11);
     Mirror out = mirror(Shape{3, 6}, dtype, 12), idx = mirror(Shape{3, 6}, DType::i64, 13);
     cpu_backend().reduce(ReduceOp::max, x.host, out.host, idx.host);
-    std::memcpy(idx.dev_buf.data_ptr(), idx.host_buf.data_ptr(), idx.host_buf.nbytes());
+    upload(idx);
     Mirror gy = mirror(Shape{3, 6}, dtype, 14);
     // The CPU writes only the chosen positions of a zeroed gx; the device buffer starts as
     // garbage, so a kernel that skipped the zeros would fail.
     Mirror gx = mirror(shape, dtype, 15);
     std::memset(gx.host_buf.data_ptr(), 0, gx.host_buf.nbytes());
     cpu_backend().max_backward(idx.host, gy.host, gx.host);
-    max_backward(idx.dev, gy.dev, gx.dev, nullptr);
+    kernels().max_backward(idx.dev, gy.dev, gx.dev);
     expect_same_bits(gx, str_cat("max_backward ", dtype_name(dtype)));
   }
 }
@@ -117,22 +119,22 @@ TEST(ReduceKernels, SquaredNormOverMixedTensorsIsDeterministic) {
   }
   Mirror out = mirror(Shape{}, DType::f32, 27);
   cpu_backend().squared_norm(host, out.host);
-  squared_norm(dev, out.dev, nullptr);
+  kernels().squared_norm(dev, out.dev);
   // Both accumulate squares in f64 (different order: error ~1e-16 relative) and round once to
   // f32; they can differ by that rounding's last bit when the f64 sums straddle a tie.
   expect_near(out, 0x1p-23, 0.0, "squared_norm");
-  const float first = testing::sim_to_host(out.dev).item<float>();
-  squared_norm(dev, out.dev, nullptr);
-  EXPECT_EQ(testing::sim_to_host(out.dev).item<float>(), first) << "run to run";
+  const float first = testing::to_host(out.dev).item<float>();
+  kernels().squared_norm(dev, out.dev);
+  EXPECT_EQ(testing::to_host(out.dev).item<float>(), first) << "run to run";
 }
 
 TEST(ReduceKernels, RejectsWhatItCannotDo) {
   Mirror x = mirror(Shape{2, 0, 3}, DType::f32, 1), out = mirror(Shape{2, 3}, DType::f32, 2);
   Mirror idx = mirror(Shape{2, 3}, DType::i64, 3);
-  testing::expect_error([&] { reduce(ReduceOp::max, x.dev, out.dev, idx.dev, nullptr); },
+  testing::expect_error([&] { kernels().reduce(ReduceOp::max, x.dev, out.dev, idx.dev); },
                         {"cuda max", "empty dim"});
   Mirror xi = mirror(Shape{4}, DType::i32, 4);
-  testing::expect_error([&] { squared_norm({xi.dev}, out.dev, nullptr); },
+  testing::expect_error([&] { kernels().squared_norm({xi.dev}, out.dev); },
                         {"cuda squared_norm", "must be an f32 scalar"});
 }
 

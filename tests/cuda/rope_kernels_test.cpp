@@ -5,12 +5,14 @@
 
 #include <gtest/gtest.h>
 
-#include "tessera/cuda/kernels/rope.h"
+#include "tests/cuda/device_kernels.h"
 #include "tests/cuda/mirror_tensor.h"
 #include "tests/cuda/sim_test_util.h"
 
 namespace tessera::cuda {
 namespace {
+
+using testing::kernels;
 
 using testing::cpu_backend;
 using testing::expect_near;
@@ -37,7 +39,7 @@ TEST(RopeKernels, MatchesCpuForwardAndInverse) {
         Mirror x = mirror(shape, dtype, seed++);
         Mirror out = mirror(shape, dtype, seed++);
         cpu_backend().rope(x.host, out.host, pos_offset, 10000.0, inverse);
-        rope(x.dev, out.dev, pos_offset, 10000.0, inverse, nullptr);
+        kernels().rope(x.dev, out.dev, pos_offset, 10000.0, inverse);
         expect_near(
             out, rtol_for(dtype), atol_for(dtype),
             str_cat("rope ", dtype_name(dtype), inverse ? " inverse" : "", " offset ", pos_offset));
@@ -52,10 +54,10 @@ TEST(RopeKernels, StridedViewsAndInPlace) {
   Mirror x = mirror(shape, Strides{T * 3 * H * D, 3 * H * D, D, 1}, H * D, DType::f32, 10);
   Mirror out = mirror(shape, Strides{H * T * D, D, T * D, 1}, 0, DType::f32, 11);
   cpu_backend().rope(x.host, out.host, 3, 500.0, false);
-  rope(x.dev, out.dev, 3, 500.0, false, nullptr);
+  kernels().rope(x.dev, out.dev, 3, 500.0, false);
   expect_near(out, 0.0, atol_for(DType::f32), "rope strided");
   cpu_backend().rope(x.host, x.host, 3, 500.0, true);
-  rope(x.dev, x.dev, 3, 500.0, true, nullptr);
+  kernels().rope(x.dev, x.dev, 3, 500.0, true);
   expect_near(x, 0.0, atol_for(DType::f32), "rope in place");
 }
 
@@ -63,9 +65,9 @@ TEST(RopeKernels, InverseUndoesForward) {
   const Shape shape{1, 6, 2, 16};
   Mirror x = mirror(shape, DType::f32, 20);
   Mirror y = mirror(shape, DType::f32, 21);
-  rope(x.dev, y.dev, 11, 10000.0, false, nullptr);
-  rope(y.dev, y.dev, 11, 10000.0, true, nullptr);
-  const Tensor a = testing::sim_to_host(x.dev_buf), b = testing::sim_to_host(y.dev_buf);
+  kernels().rope(x.dev, y.dev, 11, 10000.0, false);
+  kernels().rope(y.dev, y.dev, 11, 10000.0, true);
+  const Tensor a = testing::to_host(x.dev_buf), b = testing::to_host(y.dev_buf);
   // A rotation and its inverse with the same rounded cos/sin: c^2 + s^2 = 1 within ~2^-23, and
   // each product/sum rounds: |error| < 4 * 2^-24 * 2 * max|x| ~ 1e-6.
   for (int64_t i = 0; i < a.numel(); ++i)
@@ -74,10 +76,10 @@ TEST(RopeKernels, InverseUndoesForward) {
 
 TEST(RopeKernels, RejectsOddHeadDimAndStridedD) {
   Mirror x = mirror(Shape{1, 2, 1, 5}, DType::f32, 1);
-  testing::expect_error([&] { rope(x.dev, x.dev, 0, 10000.0, false, nullptr); },
+  testing::expect_error([&] { kernels().rope(x.dev, x.dev, 0, 10000.0, false); },
                         {"cuda rope", "even D"});
   Mirror xs = mirror(Shape{1, 2, 1, 4}, Strides{16, 8, 8, 2}, 0, DType::f32, 2);
-  testing::expect_error([&] { rope(xs.dev, xs.dev, 0, 10000.0, true, nullptr); },
+  testing::expect_error([&] { kernels().rope(xs.dev, xs.dev, 0, 10000.0, true); },
                         {"cuda rope (inverse)", "unit stride in D"});
 }
 

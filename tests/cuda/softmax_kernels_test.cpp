@@ -6,17 +6,20 @@
 
 #include <limits>
 
-#include "tessera/cuda/kernels/softmax.h"
+#include "tests/cuda/device_kernels.h"
 #include "tests/cuda/mirror_tensor.h"
 #include "tests/cuda/sim_test_util.h"
 
 namespace tessera::cuda {
 namespace {
 
+using testing::kernels;
+
 using testing::cpu_backend;
 using testing::expect_near;
 using testing::Mirror;
 using testing::mirror;
+using testing::upload;
 
 // [rows, n]: warp per row with a ragged n (scalar path) and with n % 8 == 0 (vector path for
 // every dtype), block per row likewise.
@@ -48,7 +51,7 @@ TEST(SoftmaxKernels, ForwardMatchesCpu) {
         Mirror x = mirror(shape, dtype, seed++, -6.0, 6.0);
         Mirror out = mirror(shape, dtype, seed++);
         cpu_backend().softmax(x.host, out.host, log);
-        softmax(x.dev, out.dev, log, nullptr);
+        kernels().softmax(x.dev, out.dev, log);
         // log-softmax values are O(log n) in size and come from a subtraction: absolute error
         // ~ rtol * (|x| + lse) ~ 1e-4 in f32 (or 2^-8 * 16 in bf16).
         const double atol = log ? rtol_for(dtype) * 16.0 : 1e-9;
@@ -70,11 +73,11 @@ TEST(SoftmaxKernels, NonFiniteRowsFollowTheCpuConvention) {
     for (int64_t k = 0; k < n; ++k) h[n + k] = -inf;             // row 1: all -inf
     h[2 * n + n - 1] = std::numeric_limits<float>::quiet_NaN();  // row 2: a NaN at the end
     h[3 * n + 7] = 80.0f;  // row 3: exp would overflow unshifted
-    std::memcpy(x.dev_buf.data_ptr(), h, x.host_buf.nbytes());
+    upload(x);
     for (bool log : {false, true}) {
       Mirror out = mirror(shape, DType::f32, 6);
       cpu_backend().softmax(x.host, out.host, log);
-      softmax(x.dev, out.dev, log, nullptr);
+      kernels().softmax(x.dev, out.dev, log);
       expect_near(out, rtol_for(DType::f32), log ? 1e-4 : 1e-9,
                   str_cat(log ? "log_softmax " : "softmax ", "non-finite ", shape.to_string()));
     }
@@ -89,11 +92,11 @@ TEST(SoftmaxKernels, BackwardMatchesCpu) {
         Mirror x = mirror(shape, dtype, seed++, -4.0, 4.0);
         Mirror y = mirror(shape, dtype, seed++);
         cpu_backend().softmax(x.host, y.host, log);
-        std::memcpy(y.dev_buf.data_ptr(), y.host_buf.data_ptr(), y.host_buf.nbytes());
+        upload(y);
         Mirror gy = mirror(shape, dtype, seed++);
         Mirror gx = mirror(shape, dtype, seed++);
         cpu_backend().softmax_backward(y.host, gy.host, gx.host, log);
-        softmax_backward(y.dev, gy.dev, gx.dev, log, nullptr);
+        kernels().softmax_backward(y.dev, gy.dev, gx.dev, log);
         // The row dot product is summed in another order: its absolute error is about
         // (n / 8 + log2 n) * 2^-24 * sum |gy * y| (sum |gy| for log) <= 2e-5 * n / 8 * 2 in
         // f32; gx subtracts it, so an absolute tolerance scaled by n applies, 1e-6 * n.
@@ -107,10 +110,10 @@ TEST(SoftmaxKernels, BackwardMatchesCpu) {
 TEST(SoftmaxKernels, RejectsNonContiguousOrIntegerRows) {
   Mirror x = mirror(Shape{4, 6}, Strides{1, 4}, 0, DType::f32, 1);
   Mirror out = mirror(Shape{4, 6}, DType::f32, 2);
-  testing::expect_error([&] { softmax(x.dev, out.dev, false, nullptr); },
+  testing::expect_error([&] { kernels().softmax(x.dev, out.dev, false); },
                         {"cuda softmax", "contiguous", "f32[4, 6]"});
   Mirror xi = mirror(Shape{4, 6}, DType::i32, 3);
-  testing::expect_error([&] { softmax(xi.dev, xi.dev, true, nullptr); },
+  testing::expect_error([&] { kernels().softmax(xi.dev, xi.dev, true); },
                         {"cuda log_softmax", "floating", "i32"});
 }
 

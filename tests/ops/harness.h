@@ -79,6 +79,8 @@ struct OpCase {
   double atol = 1e-5;
   autograd::GradcheckOptions grad;  // f64 tolerances (see gradcheck.h for their reasons)
   int trials = 4;
+  // Whether the case takes bf16 floating inputs (the device check's bf16 mode runs it so).
+  bool bf16_inputs = true;
 };
 
 bool register_case(OpCase c);

@@ -2,13 +2,13 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <map>
 #include <mutex>
 
-#include "tessera/cuda/cuda.h"
+#include "tests/support/cuda_test_device.h"
 
 namespace tessera::testing {
 namespace {
@@ -18,8 +18,6 @@ std::map<std::string, std::string>& missing_ops() {
   static std::map<std::string, std::string> missing;
   return missing;
 }
-
-bool on_simulator = true;
 
 // Prints the ops the CUDA backend lacks once every test has run.
 class MissingOpsReport : public ::testing::Environment {
@@ -39,29 +37,13 @@ class MissingOpsReport : public ::testing::Environment {
 
 }  // namespace
 
-std::optional<Device> cuda_test_device() {
-  static const std::optional<Device> device = []() -> std::optional<Device> {
-    const char* env = std::getenv("TESSERA_OP_HARNESS_CUDA");
-    const std::string mode = env != nullptr ? env : "";
-    if (mode == "off") return std::nullopt;
-#if defined(TESSERA_HAS_CUDA)
-    if (mode != "sim" && cuda::device_count() > 0) {
-      cuda::init_device(0);
-      on_simulator = false;
-      return Device::cuda(0);
-    }
-#endif
-    TESSERA_CHECK(mode != "gpu",
-                  "TESSERA_OP_HARNESS_CUDA=gpu, but this build has no GPU backend "
-                  "or no CUDA device is visible");
-    cuda::use_simulated_device();
-    return Device::cuda(0);
-  }();
-  return device;
+std::optional<Device> harness_cuda_device() {
+  if (cuda_test_mode() == CudaTestMode::off) return std::nullopt;
+  return cuda_test_device();
 }
 
 int device_trials(int case_trials) {
-  return on_simulator ? std::min(case_trials, 2) : case_trials;
+  return cuda_test_on_gpu() ? case_trials : std::min(case_trials, 2);
 }
 
 Tensor to_device_same_layout(const Tensor& t, Device device) {

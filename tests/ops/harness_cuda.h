@@ -10,11 +10,9 @@
 
 namespace tessera::testing {
 
-// The CUDA device for the harness. The real GPU when this build has the GPU backend, a GPU is
-// visible and TESSERA_OP_HARNESS_CUDA is not "sim"; otherwise the simulated backend
-// (registered here). Empty when TESSERA_OP_HARNESS_CUDA is "off"; "gpu" insists on a GPU
-// (throws without one).
-std::optional<Device> cuda_test_device();
+// The CUDA device for the harness: the one TESSERA_TEST_CUDA names (the simulator unless
+// "gpu"; see tests/support/cuda_test_device.h). Empty when TESSERA_TEST_CUDA is "off".
+std::optional<Device> harness_cuda_device();
 // Trials per case on the device: every trial on a GPU, fewer under the simulator (each
 // simulated thread is a fiber; the shapes are the same either way).
 int device_trials(int case_trials);

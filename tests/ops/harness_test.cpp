@@ -51,16 +51,27 @@ TEST_P(OpGradcheck, GradcheckF64) {
 
 // The CUDA mode (harness_cuda.h): each case runs forward, and backward where it has gradient
 // inputs, on the CUDA device (the GPU, or the kernel simulator whose launches check every
-// buffer's guard bytes) with the CPU's inputs in the same layouts, and must match the CPU.
-// Cases whose op the CUDA backend lacks are skipped and listed at the end.
-class OpOnDevice : public OpHarness {};
+// buffer's guard bytes) with the CPU's inputs in the same layouts, and must match the CPU; in
+// f32 with the case's own tolerances, and in bf16 (inputs rounded to bf16, both sides computing
+// in bf16) with kBf16Tolerance. Cases whose op the CUDA backend lacks are skipped and listed at
+// the end.
+//
+// bf16 keeps 8 significant bits, so one rounding is off by up to 2^-8 relative. The two sides
+// compute each op in f32 in different summation orders (differences ~1e-6 relative), so a
+// stored bf16 value may round the other way: one bf16 ulp, 2^-7 relative to the value's power
+// of two. A case chains at most a few rounded ops forward and about as many in its backward
+// formula, each of which can pass such a one-ulp difference on; 4 ulps (1/32) relative covers
+// that, and the same 1/32 absolute covers values that cancel to near zero (inputs are O(1)).
+// Measured under the simulator: attention's gradients are the worst, 3 ulps (0.0117 at 0.52,
+// where the tensor-core forward's rounding of P to bf16 feeds the backward); linear_gelu
+// 1 ulp; every other case within 1/256.
+constexpr double kBf16Tolerance = 1.0 / 32;
 
-TEST_P(OpOnDevice, MatchesCpu) {
-  const OpCase& c = op();
-  const std::optional<Device> d = cuda_test_device();
-  if (!d) GTEST_SKIP() << "the CUDA mode is off (TESSERA_OP_HARNESS_CUDA=off)";
+void expect_device_matches_cpu(const OpCase& c, DType dtype, double rtol, double atol) {
+  const std::optional<Device> d = harness_cuda_device();
+  if (!d) GTEST_SKIP() << "the CUDA mode is off (TESSERA_TEST_CUDA=off)";
   for (int trial = 0; trial < device_trials(c.trials); ++trial) {
-    std::vector<Tensor> in = inputs_for(c, 3000 + trial, DType::f32);
+    std::vector<Tensor> in = inputs_for(c, 3000 + trial, dtype);
     std::vector<Tensor> din;
     for (const Tensor& t : in) din.push_back(to_device_same_layout(t, *d));
     for (int i : c.grad_inputs) {
@@ -83,25 +94,38 @@ TEST_P(OpOnDevice, MatchesCpu) {
       record_not_implemented(c.name, e.what());
       GTEST_SKIP() << c.name << " is not implemented on " << *d << ": " << e.what();
     }
-    EXPECT_EQ(got.device(), *d) << c.name;
-    CloseReport r = compare_close(ops::to(got, Device::cpu()), want, c.rtol, c.atol);
-    EXPECT_TRUE(r.ok) << c.name << " on " << *d << " trial " << trial << ": " << r.message;
+    const std::string what = str_cat(c.name, " ", dtype_name(dtype), " on ", *d, " trial ", trial);
+    EXPECT_EQ(got.device(), *d) << what;
+    CloseReport r = compare_close(ops::to(got, Device::cpu()), want, rtol, atol);
+    EXPECT_TRUE(r.ok) << what << ": " << r.message;
     for (int i : c.grad_inputs) {
       const Tensor g = din[size_t(i)].grad(), w = in[size_t(i)].grad();
-      ASSERT_EQ(g.defined(), w.defined()) << c.name << " gradient of input " << i;
+      ASSERT_EQ(g.defined(), w.defined()) << what << " gradient of input " << i;
       if (!w.defined()) continue;
       // The gradient is the same computation's adjoint, with the same depth of sums.
-      CloseReport rg = compare_close(ops::to(g, Device::cpu()), w, c.rtol, c.atol);
-      EXPECT_TRUE(rg.ok) << c.name << " on " << *d << " trial " << trial << ": gradient of input "
-                         << i << ": " << rg.message;
+      CloseReport rg = compare_close(ops::to(g, Device::cpu()), w, rtol, atol);
+      EXPECT_TRUE(rg.ok) << what << ": gradient of input " << i << ": " << rg.message;
     }
   }
 }
 
-std::vector<std::string> case_names(bool differentiable_only) {
+class OpOnDevice : public OpHarness {};
+
+TEST_P(OpOnDevice, MatchesCpu) {
+  expect_device_matches_cpu(op(), DType::f32, op().rtol, op().atol);
+}
+
+class OpOnDeviceBf16 : public OpHarness {};
+
+TEST_P(OpOnDeviceBf16, MatchesCpu) {
+  expect_device_matches_cpu(op(), DType::bf16, kBf16Tolerance, kBf16Tolerance);
+}
+
+std::vector<std::string> case_names(bool differentiable_only, bool bf16_only = false) {
   std::vector<std::string> names;
   for (const OpCase& c : all_cases())
-    if (!differentiable_only || !c.grad_inputs.empty()) names.push_back(c.name);
+    if ((!differentiable_only || !c.grad_inputs.empty()) && (!bf16_only || c.bf16_inputs))
+      names.push_back(c.name);
   return names;
 }
 
@@ -113,6 +137,8 @@ std::string param_name(const ::testing::TestParamInfo<std::string>& param_info) 
 INSTANTIATE_TEST_SUITE_P(Ops, OpHarness, ::testing::ValuesIn(case_names(false)), param_name);
 INSTANTIATE_TEST_SUITE_P(Ops, OpGradcheck, ::testing::ValuesIn(case_names(true)), param_name);
 INSTANTIATE_TEST_SUITE_P(Ops, OpOnDevice, ::testing::ValuesIn(case_names(false)), param_name);
+INSTANTIATE_TEST_SUITE_P(Ops, OpOnDeviceBf16, ::testing::ValuesIn(case_names(false, true)),
+                         param_name);
 
 // DESIGN.md: a new op needs an op-harness case before it counts. This is the op set.
 TEST(OpHarnessCoverage, EveryOpInTheOpSetHasACase) {
