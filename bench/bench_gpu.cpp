@@ -9,7 +9,7 @@
 //     pre-activation): the difference is the GELU epilogue's cost;
 //   - the kernels at GPT-2 124M shapes (B*T = 8192 rows, C = 768, V = 50304), bf16 where the
 //     training step runs them in bf16, f32 for AdamW's master weights and state (with the
-//     fused bf16 copy of the weights: BM_AdamWF32ToBf16, /1 with stochastic rounding).
+//     fused bf16 copy of the weights: BM_AdamWF32ToBf16, /stochastic:1 with stochastic rounding).
 // In a build without the GPU backend, or on a machine without a GPU, every benchmark is
 // skipped with the reason.
 
@@ -228,7 +228,7 @@ BENCHMARK(BM_GeluBf16)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SoftmaxF32)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CrossEntropyForwardBackwardBf16)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AdamWF32)->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_AdamWF32ToBf16)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AdamWF32ToBf16)->ArgName("stochastic")->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AttentionForwardBf16)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
