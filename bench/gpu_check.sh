@@ -128,7 +128,20 @@ stage_build() {
   fi
   rm -rf "$PREFIX" && mkdir -p "$PREFIX"
   local bad=()
-  for deb in "${debs[@]}"; do dpkg -x "$deb" "$PREFIX" 2>> "$log/unpack.log" || bad+=("$(basename "$deb")"); done
+  # dpkg -x where dpkg exists; otherwise the same through ar and tar (a .deb is an ar archive
+  # holding data.tar.*).
+  unpack() {
+    if command -v dpkg > /dev/null; then dpkg -x "$1" "$PREFIX"; return; fi
+    local member
+    member=$(ar t "$1" | grep '^data\.tar') || return 1
+    case "$member" in
+      *.xz) ar p "$1" "$member" | tar -xJ -C "$PREFIX" ;;
+      *.zst) ar p "$1" "$member" | tar --zstd -x -C "$PREFIX" ;;
+      *.gz) ar p "$1" "$member" | tar -xz -C "$PREFIX" ;;
+      *) ar p "$1" "$member" | tar -x -C "$PREFIX" ;;
+    esac
+  }
+  for deb in "${debs[@]}"; do unpack "$deb" 2>> "$log/unpack.log" || bad+=("$(basename "$deb")"); done
   if [ ${#bad[@]} -gt 0 ]; then
     row "unpack carried packages" failed "dpkg -x failed for ${bad[*]}"
     return
@@ -329,6 +342,7 @@ atomic_write() {
 publish() {
   atomic_write "$OUT/results.jsonl" < "$RESULTS"
   python3 "$REPORT" table "$RESULTS" --machine "$OUT/machine.txt" \
+    --seconds "$WORK/logs/stage_seconds.tsv" \
     --title "Tessera device check, $(date -u +%Y-%m-%d) ($( [ "$REHEARSE" = 1 ] && echo rehearsal on the simulated device || echo GPU))" \
     | atomic_write "$OUT/table.txt"
   tar -czf "$WORK/logs.tar.gz" -C "$WORK" logs 2> /dev/null && atomic_write "$OUT/logs.tar.gz" < "$WORK/logs.tar.gz"

@@ -219,6 +219,9 @@ def cmd_table(a):
     counts = {s: sum(r["status"] == s for r in rows) for s in STATUSES}
     lines.append("")
     lines.append(", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(rows)} rows")
+    if a.seconds and os.path.exists(a.seconds):
+        spent = [line.split() for line in open(a.seconds) if line.strip()]
+        lines.append("seconds per stage: " + ", ".join(f"{n} {t}" for n, t in spent))
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)
 
@@ -278,6 +281,7 @@ def main():
 
     tb = sub.add_parser("table")
     tb.add_argument("results"), tb.add_argument("--machine"), tb.add_argument("--title")
+    tb.add_argument("--seconds", help="stage_seconds.tsv: each stage's wall seconds")
 
     v = sub.add_parser("verdicts")
     v.add_argument("results"), v.add_argument("--expect", nargs="*", default=[])
