@@ -29,6 +29,9 @@
 # Usage:
 #   bench/gpu_check.sh --out DIR [--stages build,kernels,...] [--build DIR] [--deps DIR]
 #                      [--budget SECONDS] [--limits stage=seconds,...] [--jobs N] [--arch 90]
+#   --budget caps the whole run (default: the sum of the chosen limits, counted from the first
+#   stage): a stage gets its limit or what is left, whichever is less, and is "not run" when
+#   less than half its limit is left.
 #   A second call while the machine is warm reuses the build: --stages with the stages left.
 #
 # Rehearsal, on a build machine without a GPU (tests/tools/gpu_check_rehearsal_test.sh, in CI):
@@ -363,15 +366,19 @@ atomic_write "$OUT/machine.txt" < "$WORK/machine.txt"
 publish
 
 set -m  # every stage in its own process group, so that its limit kills all it started
+t0=$SECONDS
 for STAGE in "${ORDER[@]}"; do
   [[ ",$STAGES," == *",$STAGE,"* ]] || continue
+  # A stage runs under its limit, or under what is left of the budget when that is less but
+  # still at least half its limit; with less than that it is not run.
   limit=${LIMIT[$STAGE]}
-  left=$((BUDGET - SECONDS))
-  if [ "$left" -lt "$limit" ]; then
+  left=$((BUDGET - (SECONDS - t0)))
+  if [ $((2 * left)) -lt "$limit" ]; then
     row "stage $STAGE" "not run" "time: $left s of the $BUDGET s budget left, the stage needs $limit s"
     publish
     continue
   fi
+  [ "$left" -lt "$limit" ] && limit=$left
   echo "=== $STAGE (limit $limit s, at $SECONDS s)"
   start=$SECONDS
   bash "$0" --stage-only "$STAGE" --out "$OUT" --stages "$STAGES" --build "$BUILD" \

@@ -79,11 +79,11 @@ ls "$dir/killed" | grep -q '\.tmp$' && fail "killed: a temporary file was left i
 
 echo "== 4. a stage past its limit; a stage past the budget"
 "$check" --rehearse --prebuilt "$bin" --build "$dir/build" --out "$dir/limits" --jobs 2 \
-  --stages kernels,parity,rates --limits kernels=20,parity=2 --budget 60 > "$dir/limits.log" 2>&1
+  --stages kernels,parity,rates --limits kernels=20,parity=2 --budget 40 > "$dir/limits.log" 2>&1
 expect "$dir/limits" parity "^stage parity" failed
 grep -q "timed out: stopped at its 2 s limit" "$dir/limits/results.jsonl" || fail "limits: no timeout row"
 expect "$dir/limits" rates "^stage rates" "not run"
-grep -q '"time: [0-9]* s of the 60 s budget left' "$dir/limits/results.jsonl" || fail "limits: no budget row"
+grep -q '"time: [0-9]* s of the 40 s budget left' "$dir/limits/results.jsonl" || fail "limits: no budget row"
 
 echo "== 5. a package missing from the carried folder"
 mkdir -p "$dir/deps_no_eigen"
