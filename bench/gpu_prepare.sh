@@ -35,11 +35,23 @@ if [ -f "$manifest" ] && [ "$(sed -n 's/^packages: //p' "$manifest")" = "$want" 
 else
   rm -f "$DIR"/*.deb "$manifest"
   echo "gpu_prepare: downloading ${#packages[@]} packages into $DIR"
-  (cd "$DIR" && apt-get download -q "${packages[@]}" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
-  missing=()
-  for p in "${packages[@]}"; do
-    ls "$DIR/${p}_"*.deb > /dev/null 2>&1 || missing+=("$p")
-  done
+  download() {
+    (cd "$DIR" && apt-get download -q "$@" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+    missing=()
+    for p in "${packages[@]}"; do
+      ls "$DIR/${p}_"*.deb > /dev/null 2>&1 || missing+=("$p")
+    done
+  }
+  download "${packages[@]}"
+  # Package lists that were never fetched (a machine whose packages came preinstalled): fetch
+  # them once and retry, where this user may.
+  if [ ${#missing[@]} -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && command -v sudo > /dev/null && SUDO="sudo"
+    if [ "$(id -u)" -eq 0 ] || [ -n "$SUDO" ]; then
+      $SUDO apt-get update -qq && download "${missing[@]}"
+    fi
+  fi
   if [ ${#missing[@]} -gt 0 ]; then
     echo "gpu_prepare: not downloaded: ${missing[*]} (run 'apt-get update' first?)" >&2
     exit 1
