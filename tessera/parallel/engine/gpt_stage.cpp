@@ -1,6 +1,7 @@
 #include "tessera/parallel/engine/gpt_stage.h"
 
 #include "tessera/core/error.h"
+#include "tessera/autograd/functions/elementwise.h"
 #include "tessera/core/ops/movement.h"
 
 namespace tessera::parallel {
@@ -22,14 +23,23 @@ GptPipelineStage::GptPipelineStage(std::vector<std::shared_ptr<nn::GPT>> chunks,
   tp_size_ = first.tp_size();
   sequence_parallel_ = first.parallel().tp && first.parallel().tp->sequence_parallel();
   backwards_per_step_ = schedule.virtual_stages * schedule.microbatches;
+  const nn::StateDict params = first.named_parameters();
+  TESSERA_CHECK(!params.empty(), "GptPipelineStage: the first chunk has no parameters");
+  device_ = params.front().second.device();
 }
 
-void GptPipelineStage::begin_step(const Tensor& inputs, const Tensor& targets) {
+void GptPipelineStage::begin_step(const Tensor& inputs, const Tensor& targets,
+                                  std::vector<double> loss_weights) {
   TESSERA_CHECK(dp_ != nullptr, "GptPipelineStage: no DataParallel set");
   TESSERA_CHECK(!open_ && backwards_run_ == 0, "GptPipelineStage: the previous step was not ",
                 "finished (finish_step)");
+  const int64_t micro = backwards_per_step_ / int64_t(chunks_.size());
+  TESSERA_CHECK(loss_weights.empty() || int64_t(loss_weights.size()) == micro,
+                "GptPipelineStage: ", loss_weights.size(), " loss weights for ", micro,
+                " micro-batches");
   inputs_ = inputs;
   targets_ = targets;
+  loss_weights_ = std::move(loss_weights);
 }
 
 void GptPipelineStage::finish_step() {
@@ -39,6 +49,7 @@ void GptPipelineStage::finish_step() {
   open_ = false;
   backwards_run_ = 0;
   inputs_ = targets_ = Tensor();
+  loss_weights_.clear();
 }
 
 void GptPipelineStage::settle() {
@@ -59,14 +70,16 @@ Tensor GptPipelineStage::forward(int chunk, int micro, const Tensor& input) {
   const int stage = chunk * stages_ + pp_rank_;
   const nn::GPT& model = *chunks_[size_t(chunk)];
   const Tensor x = stage == 0 ? rows(inputs_, micro) : input;
-  if (stage == model_stages_ - 1)
-    return model.forward_stage(x, rows(targets_, micro), ignore_index_);
-  return model.forward_stage(x);
+  if (stage != model_stages_ - 1) return model.forward_stage(x);
+  const Tensor loss = model.forward_stage(x, rows(targets_, micro), ignore_index_);
+  const double w = loss_weights_.empty() ? 1.0 : loss_weights_[size_t(micro)];
+  return w == 1.0 ? loss : mul(loss, w);
 }
 
 ActivationSpec GptPipelineStage::activation_spec(int, int) const {
   const int64_t t = sequence_parallel_ ? seq_len_ / tp_size_ : seq_len_;
-  return {Shape{micro_rows_, t, width_}, chunks_.front()->dtype()};
+  return {Shape{micro_rows_, t, width_}, chunks_.front()->dtype(),
+          device_};
 }
 
 void GptPipelineStage::before_backward(int, int, bool) {

@@ -4,7 +4,9 @@
 // gradient reduction driven from inside the schedule.
 //
 // Micro-batches: the stage is given this data-parallel rank's rows of the global batch for the
-// step; micro-batch m is rows [m * R, (m + 1) * R), R = rows / M. Model stage 0 reads the ids,
+// step; micro-batch m is rows [m * R, (m + 1) * R), R = rows / M. Its mean loss is weighted by
+// its share of the step's counted targets (begin_step), so that micro-batches with more ignored
+// targets count for less, as they do in one process's mean over the whole batch. Model stage 0 reads the ids,
 // the last model stage its targets; between stages travel hidden states [R, T, C] (under
 // sequence parallelism this tp rank's [R, T / tp, C]).
 //
@@ -39,8 +41,12 @@ class GptPipelineStage final : public PipelineStage {
 
   // The DataParallel over every chunk's parameters (built after the chunks).
   void set_data_parallel(DataParallel* dp) { dp_ = dp; }
-  // This data-parallel rank's rows for the step: ids and targets [R * M, T].
-  void begin_step(const Tensor& inputs, const Tensor& targets);
+  // This data-parallel rank's rows for the step: ids and targets [R * M, T], on the chunks'
+  // device. loss_weights[m] multiplies micro-batch m's mean loss before the executor's 1 / M
+  // (ParallelTrainer: its share of the global count of target tokens, times M); empty, or a
+  // weight of exactly 1, leaves the loss as it is.
+  void begin_step(const Tensor& inputs, const Tensor& targets,
+                  std::vector<double> loss_weights = {});
   // Finishes the last backward pass (the synchronising one) and forgets the batch.
   void finish_step();
 
@@ -60,10 +66,12 @@ class GptPipelineStage final : public PipelineStage {
   int64_t micro_rows_, seq_len_, ignore_index_, width_;
   int tp_size_;
   bool sequence_parallel_;
+  Device device_ = Device::cpu();  // the chunks' (activations travel on it)
   int backwards_per_step_ = 0, backwards_run_ = 0;
   bool open_ = false;  // a backward pass waits for DataParallel::finish()
   DataParallel* dp_ = nullptr;
   Tensor inputs_, targets_;
+  std::vector<double> loss_weights_;
 };
 
 }  // namespace tessera::parallel

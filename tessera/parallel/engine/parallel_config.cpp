@@ -13,7 +13,8 @@ std::string ParallelConfig::describe() const {
   return str_cat(mesh.to_string(), ", ZeRO-", zero_stage, ", ",
                  mesh.pp > 1 ? schedule_kind_name(schedule) : "no pipeline", " v", virtual_stages,
                  " m", microbatches, sequence_parallel ? ", sequence parallel" : "", ", batch ",
-                 batch_size, " x ", seq_len, dtype);
+                 batch_size, " x ", seq_len, dtype,
+                 device.is_cpu() ? "" : str_cat(", on ", device.to_string()));
 }
 
 std::string layout_error(const ParallelConfig& c, const nn::GPTConfig& model, int world_size) {

@@ -34,9 +34,12 @@ struct ParallelConfig {
   // bf16/fp16: compute chunks in that dtype over fp32 master weights (parallel_precision.h).
   nn::Precision precision = nn::Precision::fp32;
   nn::LossScalerOptions loss_scaler;  // fp16 only
+  // Where this rank's chunks, buffers and activations live: the CPU, or its CUDA device
+  // (whose collectives then need a communicator that carries device tensors).
+  Device device = Device::cpu();
 
   // "dp2 x pp2 x tp2, ZeRO-1, 1f1b v1 m4, sequence parallel, batch 8 x 8" (", bf16" appended
-  // unless fp32)
+  // unless fp32, ", on cuda:0" unless on the CPU)
   std::string describe() const;
 };
 

@@ -55,6 +55,7 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
         pipeline_stage_spec(model_.n_layer, shape.pp, config_.virtual_stages, mesh_->pp_rank(), c);
     mp.hooks = hooks_;
     auto chunk = std::make_shared<nn::GPT>(model_, DType::f32, mp);
+    nn::move_to_device(chunk->state_dict(), config_.device);
     for (const auto& [name, p] : chunk->named_parameters()) {
       params.emplace_back(name, p);
       metas_.emplace(name, chunk->param_meta(name));
@@ -63,6 +64,7 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
       // Its parameters are always whole (rounded from the master), so it needs no ZeRO-3 hooks.
       mp.hooks = nullptr;
       auto c16 = std::make_shared<nn::GPT>(model_, nn::compute_dtype(config_.precision), mp);
+      nn::move_to_device(c16->state_dict(), config_.device);
       for (const auto& [name, p] : c16->named_parameters()) compute_params.emplace_back(name, p);
       compute.push_back(std::move(c16));
     }
@@ -115,7 +117,6 @@ void ParallelTrainer::set_step(int64_t step) {
 }
 
 ParallelStepStats ParallelTrainer::step(const Tensor& inputs, const Tensor& targets) {
-  const Clock::time_point start = Clock::now();
   const int64_t B = config_.batch_size, T = config_.seq_len;
   for (const Tensor* t : {&inputs, &targets})
     TESSERA_CHECK(t->defined() && t->dim() == 2 && t->size(0) == B && t->size(1) == T &&
@@ -123,6 +124,48 @@ ParallelStepStats ParallelTrainer::step(const Tensor& inputs, const Tensor& targ
                   "ParallelTrainer::step: inputs and targets must be integer [", B, ", ", T,
                   "] (the global batch of ", config_.describe(), "), got ",
                   t->defined() ? t->describe() : std::string("undefined"));
+  const int64_t local = B / config_.mesh.dp, first = mesh_->dp_rank() * local;
+  return step_local(ops::narrow(inputs, 0, first, local), ops::narrow(targets, 0, first, local));
+}
+
+std::vector<double> ParallelTrainer::loss_weights(const Tensor& targets) {
+  // Each micro-batch's share of the step's counted targets, times M: exactly 1 when every
+  // micro-batch of every dp rank counts as many (no ignore_index), so that case runs the
+  // unweighted graph. One all-reduce of this rank's count over dp.
+  const int M = config_.microbatches;
+  const int64_t rows = targets.size(0) / M;
+  std::vector<double> counts(static_cast<size_t>(M), 0.0);
+  const Tensor host = ops::to(ops::contiguous(targets), Device::cpu());
+  const std::vector<int64_t> ids = to_vector<int64_t>(ops::cast(host, DType::i64));
+  const int64_t per_micro = rows * targets.size(1);
+  double local = 0;
+  for (int m = 0; m < M; ++m) {
+    for (int64_t i = 0; i < per_micro; ++i)
+      counts[size_t(m)] += ids[size_t(m * per_micro + i)] != config_.ignore_index ? 1.0 : 0.0;
+    local += counts[size_t(m)];
+  }
+  Tensor total = from_vector<double>({local}, Shape{1});
+  if (!config_.device.is_cpu()) total = ops::to(total, config_.device);
+  mesh_->dp().all_reduce(total, CommOp::sum);
+  const double global = ops::to(total, Device::cpu()).item<double>();
+  std::vector<double> weights(static_cast<size_t>(M), 1.0);
+  const double uniform = double(per_micro) * M * config_.mesh.dp;
+  for (int m = 0; m < M; ++m)
+    weights[size_t(m)] = global == uniform && counts[size_t(m)] == double(per_micro)
+                             ? 1.0
+                             : (global > 0 ? counts[size_t(m)] * M * config_.mesh.dp / global : 0.0);
+  return weights;
+}
+
+ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor& targets) {
+  const Clock::time_point start = Clock::now();
+  const int64_t rows = config_.batch_size / config_.mesh.dp, T = config_.seq_len;
+  for (const Tensor* t : {&inputs, &targets})
+    TESSERA_CHECK(t->defined() && t->dim() == 2 && t->size(0) == rows && t->size(1) == T &&
+                      !is_floating(t->dtype()),
+                  "ParallelTrainer::step_local: inputs and targets must be integer [", rows, ", ",
+                  T, "] (this dp rank's rows of the global batch of ", config_.describe(),
+                  "), got ", t->defined() ? t->describe() : std::string("undefined"));
   ParallelStepStats out;
   out.step = step_;
   set_comm_step(*inner_world_, *mesh_, step_);
@@ -130,11 +173,11 @@ ParallelStepStats ParallelTrainer::step(const Tensor& inputs, const Tensor& targ
   dp_->set_lr(out.lr);
   for (const auto& chunk : stage_->chunks()) chunk->set_step(step_);
 
-  const int64_t local = B / config_.mesh.dp, first = mesh_->dp_rank() * local;
-  stage_->begin_step(ops::contiguous(ops::narrow(inputs, 0, first, local)),
-                     ops::contiguous(ops::narrow(targets, 0, first, local)));
+  std::vector<double> weights = loss_weights(targets);
+  stage_->begin_step(ops::to(ops::contiguous(inputs), config_.device),
+                     ops::to(ops::contiguous(targets), config_.device), std::move(weights));
   world_->clock()->reset();
-  Allocator& alloc = allocator_for(Device::cpu());
+  Allocator& alloc = allocator_for(config_.device);
   const int64_t live_before = alloc.stats().live_bytes;
   alloc.reset_peak();
   PipelineOptions po;
@@ -144,9 +187,7 @@ ParallelStepStats ParallelTrainer::step(const Tensor& inputs, const Tensor& targ
   out.memory.activations = std::max<int64_t>(0, alloc.stats().peak_bytes - live_before);
 
   // The pipeline group already agrees on the loss; averaging over dp gives the global mean.
-  Tensor loss = from_vector<double>({pipe.loss}, Shape{1});
-  mesh_->dp().all_reduce(loss, CommOp::avg);
-  out.loss = loss.item<double>();
+  out.loss = dp_average(pipe.loss);
   out.bubble = pipe.group_bubble;
 
   const PrecisionStepResult ps = precision_->step();
@@ -194,27 +235,42 @@ void ParallelTrainer::load_full_optimizer_state(const nn::OptimizerState& full) 
 }
 
 double ParallelTrainer::evaluate(const Tensor& inputs, const Tensor& targets) {
-  const int64_t D = config_.mesh.dp, T = config_.seq_len;
+  const int64_t D = config_.mesh.dp;
+  TESSERA_CHECK(inputs.defined() && inputs.dim() == 2 && inputs.size(0) > 0 &&
+                    inputs.size(0) % D == 0,
+                "ParallelTrainer::evaluate: inputs must be integer [B, T] with B divisible by dp ",
+                D, " (", config_.describe(), "), got ",
+                inputs.defined() ? inputs.describe() : std::string("undefined"));
+  const int64_t local = inputs.size(0) / D, first = mesh_->dp_rank() * local;
+  return evaluate_local(ops::narrow(inputs, 0, first, local),
+                        ops::narrow(targets, 0, first, local));
+}
+
+double ParallelTrainer::evaluate_local(const Tensor& inputs, const Tensor& targets) {
+  const int64_t T = config_.seq_len;
   for (const Tensor* t : {&inputs, &targets})
-    TESSERA_CHECK(t->defined() && t->dim() == 2 && t->size(0) > 0 && t->size(0) % D == 0 &&
-                      t->size(1) == T && !is_floating(t->dtype()) && t->shape() == inputs.shape(),
-                  "ParallelTrainer::evaluate: inputs and targets must be integer [B, ", T,
-                  "] with B divisible by dp ", D, " (", config_.describe(), "), got ",
+    TESSERA_CHECK(t->defined() && t->dim() == 2 && t->size(0) > 0 && t->size(1) == T &&
+                      !is_floating(t->dtype()) && t->shape() == inputs.shape(),
+                  "ParallelTrainer::evaluate_local: inputs and targets must be integer [rows, ",
+                  T, "] (this dp rank's rows; ", config_.describe(), "), got ",
                   t->defined() ? t->describe() : std::string("undefined"));
   set_comm_step(*inner_world_, *mesh_, step_);
-  const int64_t local = inputs.size(0) / D, first = mesh_->dp_rank() * local;
+  const int64_t local = inputs.size(0);
   ForwardPassSpec spec;
   // The training micro-batch count where it divides the rows (the same activations in flight).
   spec.microbatches = int(std::gcd(local, int64_t(config_.microbatches)));
   spec.seq_len = T;
   spec.ignore_index = config_.ignore_index;
-  Tensor loss = from_vector<double>(
-      {forward_only_loss(stage_->chunks(), mesh_->pp(),
-                         ops::contiguous(ops::narrow(inputs, 0, first, local)),
-                         ops::contiguous(ops::narrow(targets, 0, first, local)), spec)},
-      Shape{1});
-  mesh_->dp().all_reduce(loss, CommOp::avg);
-  return loss.item<double>();
+  return dp_average(forward_only_loss(stage_->chunks(), mesh_->pp(),
+                                      ops::to(ops::contiguous(inputs), config_.device),
+                                      ops::to(ops::contiguous(targets), config_.device), spec));
+}
+
+double ParallelTrainer::dp_average(double value) {
+  Tensor t = from_vector<double>({value}, Shape{1});
+  if (!config_.device.is_cpu()) t = ops::to(t, config_.device);
+  mesh_->dp().all_reduce(t, CommOp::avg);
+  return ops::to(t, Device::cpu()).item<double>();
 }
 
 std::string ParallelTrainer::describe() const {

@@ -15,12 +15,12 @@
 //        fp32 master; the pipeline runs compute chunks in that dtype, rounded from the master
 //        after every update, and fp16's loss scale multiplies each micro-batch's loss gradient.
 //
-// One step takes the GLOBAL batch [B, T] on every rank. Data-parallel rank d trains rows
-// [d B / D, (d + 1) B / D), split into M micro-batches; each micro-batch's mean loss is scaled by
-// 1 / M and the gradients averaged over dp, so the update is that of the mean loss over the
-// global batch exactly as one process computes it, provided every micro-batch has the same
-// number of counted targets (no ignore_index, or equally many per micro-batch). The reported
-// loss is that global mean, the same on every rank.
+// One step takes the GLOBAL batch [B, T] on every rank (step), or only this rank's rows
+// (step_local). Data-parallel rank d trains rows [d B / D, (d + 1) B / D), split into M
+// micro-batches; each micro-batch's mean loss is weighted by its share of the global count of
+// counted targets (not ignore_index) and the gradients averaged over dp, so the update is that
+// of the mean loss over the global batch as one process computes it, however the ignored
+// targets fall. The reported loss is that global mean, the same on every rank.
 //
 // Every rank builds its part from the same keyed init, so every layout starts from the single-
 // process model's weights. gather_full_state() returns the single-process state dict (names and
@@ -83,8 +83,15 @@ class ParallelTrainer {
   ParallelTrainer& operator=(const ParallelTrainer&) = delete;
 
   // One training step on the global batch: inputs and targets i32/i64 [B, T], the same on
-  // every rank. Collective over world.
+  // every rank; this rank trains its dp rank's rows (step_local). Collective over world.
   ParallelStepStats step(const Tensor& inputs, const Tensor& targets);
+  // The same step given only this data-parallel rank's rows [B / dp, T] (rows
+  // [d B / dp, (d + 1) B / dp) of the global batch for dp rank d): what a loader that reads
+  // only this rank's rows feeds (train::Trainer). Every micro-batch's mean loss is weighted by
+  // its share of the global count of targets that are not ignore_index (one all-reduce of the
+  // count over dp), so the update and the loss are those of one process's mean over the global
+  // batch even when micro-batches count different numbers of targets. Collective over world.
+  ParallelStepStats step_local(const Tensor& inputs, const Tensor& targets);
 
   // The single-process state dict, on every rank. Collective over world.
   nn::StateDict gather_full_state();
@@ -102,6 +109,8 @@ class ParallelTrainer {
   // (parallel_eval.h) in eval mode (no dropout, no graph) over this dp rank's rows, averaged
   // over dp. Weights, optimizer state and the step are untouched. Collective over world.
   double evaluate(const Tensor& inputs, const Tensor& targets);
+  // The same given this dp rank's rows only (every dp rank the same number of rows).
+  double evaluate_local(const Tensor& inputs, const Tensor& targets);
 
   const DeviceMesh& mesh() const { return *mesh_; }
   const ParallelConfig& config() const { return config_; }
@@ -121,6 +130,10 @@ class ParallelTrainer {
 
  private:
   nn::ParamMeta meta_of(const std::string& name) const;
+  // Each micro-batch's weight for this rank's targets [B / dp, T] (step_local).
+  std::vector<double> loss_weights(const Tensor& targets);
+  // The mean over the dp group of one value per rank (on the device's communicator).
+  double dp_average(double value);
 
   nn::GPTConfig model_;
   ParallelConfig config_;
