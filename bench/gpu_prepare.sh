@@ -71,7 +71,7 @@ deps_bytes=$(du -sb "$DIR" | cut -f1)
 tree_bytes=0
 if git -C "$ROOT" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
   tree_bytes=$(git -C "$ROOT" ls-files -z --cached --others --exclude-standard \
-    | (cd "$ROOT" && xargs -0 stat -c %s 2> /dev/null) | awk '{ s += $1 } END { print s + 0 }')
+    | (cd "$ROOT" && xargs -0 stat -c %s 2> /dev/null || true) | awk '{ s += $1 } END { print s + 0 }')
 fi
 total_mib=$(( (deps_bytes + tree_bytes) / 1048576 ))
 echo "gpu_prepare: packages $((deps_bytes / 1048576)) MiB + checkout $((tree_bytes / 1048576)) MiB" \

@@ -256,9 +256,11 @@ LoaderState DataLoader::state() const {
 }
 
 void DataLoader::restore(const LoaderState& s) {
-  check_same("batch_size", s.batch_size, options_.batch_size);
+  // The global step (windows per step over every rank) fixes the order; how it is split over
+  // ranks does not, so a state restores under any number of ranks that splits the same step.
+  check_same("batch_size * world_size (windows per global step)", s.batch_size * s.world_size,
+             options_.batch_size * options_.world_size);
   check_same("seq_len", s.seq_len, options_.seq_len);
-  check_same("world_size", s.world_size, options_.world_size);
   check_same("shuffle", s.shuffle, options_.shuffle);
   check_same("num_shards", s.num_shards, int64_t(shards_.size()));
   check_same("num_tokens", s.num_tokens, num_tokens_);

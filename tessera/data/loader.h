@@ -16,7 +16,9 @@
 //
 // The position is three counters (epoch, shard, batch). state() returns them with the settings
 // they depend on; a loader restored from a state yields exactly the batches the original would
-// have yielded next.
+// have yielded next. The state is the same on every rank and fits any split of the same global
+// step (batch_size * world_size windows): a run resumed on another number of ranks reads on
+// from the same window.
 
 #include <cstdint>
 #include <optional>

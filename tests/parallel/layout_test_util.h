@@ -103,6 +103,24 @@ inline nn::GPTConfig case_model(const LayoutCase& c) {
   return c.gpt2 ? layout_gpt2() : layout_llama();
 }
 
+// global_batch with targets set to ignore_index (-100) unevenly: all of row 1, and positions
+// where (7 row + 3 position + step) % 5 == 0 in the first half of the rows; so dp ranks and
+// micro-batches count different numbers of targets (the step must weight them by their share).
+inline Batch masked_batch(int64_t step, int64_t B, int64_t T, int64_t vocab) {
+  Batch b = global_batch(step, B, T, vocab);
+  int64_t* t = b.targets.data<int64_t>();
+  for (int64_t i = 0; i < B; ++i)
+    for (int64_t j = 0; j < T; ++j)
+      if (i == 1 || (i < B / 2 && (7 * i + 3 * j + step) % 5 == 0)) t[i * T + j] = -100;
+  return b;
+}
+
+// The batch of a step: masked_batch when `masked`, else global_batch.
+inline Batch step_batch(int64_t step, const ParallelConfig& p, int64_t vocab, bool masked) {
+  return masked ? masked_batch(step, p.batch_size, p.seq_len, vocab)
+                : global_batch(step, p.batch_size, p.seq_len, vocab);
+}
+
 struct LayoutRun {
   std::vector<double> losses, norms;
   nn::StateDict weights;  // the single-process state dict after the last step
@@ -110,7 +128,7 @@ struct LayoutRun {
 
 // One process on the whole global batch: nn::GPT, nn::AdamW and nn::clip_and_step.
 inline LayoutRun run_reference(const nn::GPTConfig& model, const ParallelConfig& p,
-                               int64_t steps = kLayoutSteps) {
+                               int64_t steps = kLayoutSteps, bool masked = false) {
   nn::GPT gpt(model);
   nn::AdamWOptions o = p.adamw;
   o.lr = p.lr_schedule.lr(0);
@@ -119,7 +137,7 @@ inline LayoutRun run_reference(const nn::GPTConfig& model, const ParallelConfig&
   for (int64_t step = 0; step < steps; ++step) {
     opt.set_lr(p.lr_schedule.lr(step));
     gpt.set_step(step);
-    Batch b = global_batch(step, p.batch_size, p.seq_len, model.vocab_size);
+    Batch b = step_batch(step, p, model.vocab_size, masked);
     Tensor loss = gpt.loss(b.inputs, b.targets);
     r.losses.push_back(loss.item<float>());
     loss.backward();
@@ -132,11 +150,11 @@ inline LayoutRun run_reference(const nn::GPTConfig& model, const ParallelConfig&
 
 // The same steps under ParallelTrainer on the MPI world.
 inline LayoutRun run_layout(const nn::GPTConfig& model, const ParallelConfig& p,
-                            int64_t steps = kLayoutSteps) {
+                            int64_t steps = kLayoutSteps, bool masked = false) {
   ParallelTrainer trainer(MpiCommunicator::world(), model, p);
   LayoutRun r;
   for (int64_t step = 0; step < steps; ++step) {
-    Batch b = global_batch(step, p.batch_size, p.seq_len, model.vocab_size);
+    Batch b = step_batch(step, p, model.vocab_size, masked);
     ParallelStepStats s = trainer.step(b.inputs, b.targets);
     r.losses.push_back(s.loss);
     r.norms.push_back(s.grad_norm);

@@ -7,7 +7,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "cli/trainer.h"
+#include "tessera/train/trainer.h"
 #include "tessera/cuda/cuda.h"
 #include "tools/tools_test_util.h"
 
@@ -53,9 +53,9 @@ Runs train_on_both(const ScratchDir& dir, const std::string& precision) {
   cuda::use_simulated_device();
   std::ostringstream quiet, cuda_out;
   TrainOptions on_cpu = tiny_run(dir, "cpu_" + precision, "cpu", precision);
-  Trainer(on_cpu, quiet).run();
+  Trainer(on_cpu).fit(&quiet);
   TrainOptions on_cuda = tiny_run(dir, "cuda_" + precision, "cuda", precision);
-  TrainResult r = Trainer(on_cuda, cuda_out).run();
+  FitResult r = Trainer(on_cuda).fit(&cuda_out);
   return {read_metrics(on_cpu.run_dir), read_metrics(on_cuda.run_dir), r.checkpoint,
           cuda_out.str()};
 }

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "cli/trainer.h"
+#include "tessera/train/trainer.h"
 #include "tools/tools_test_util.h"
 #if defined(TESSERA_HAS_CUDA)
 #include "tessera/cuda/cuda.h"
@@ -43,10 +43,10 @@ TEST(TrainerPrecision, Bf16TracksFp32AndCheckpointsFp32MasterWeights) {
   write_corpus_shards(dir);
   std::ostringstream out32, out16;
   TrainOptions a = no_dropout(dir, "fp32");
-  Trainer(a, out32).run();
+  Trainer(a).fit(&out32);
   TrainOptions b = no_dropout(dir, "bf16");
   b.precision = "bf16";
-  Trainer(b, out16).run();
+  Trainer(b).fit(&out16);
   std::vector<nlohmann::json> ma = read_metrics(a.run_dir), mb = read_metrics(b.run_dir);
   ASSERT_EQ(ma.size(), 6u);
   ASSERT_EQ(mb.size(), 6u);
@@ -83,7 +83,7 @@ TEST(TrainerPrecision, Fp16OverflowIsSkippedAndCounted) {
   o.max_steps = 2;
   o.warmup_steps = 0;
   std::ostringstream out;
-  TrainResult r = Trainer(o, out).run();
+  FitResult r = Trainer(o).fit(&out);
   EXPECT_EQ(r.final_step, 2);
   std::vector<nlohmann::json> m = read_metrics(o.run_dir);
   ASSERT_EQ(m.size(), 2u);
@@ -113,7 +113,7 @@ TEST(TrainerPrecision, Fp16ResumeKeepsTheLossScaleExactly) {
   TrainOptions full = tiny_options(dir, "full");
   full.precision = "fp16";
   full.loss_scale_window = 3;
-  Trainer(full, quiet).run();
+  Trainer(full).fit(&quiet);
   std::vector<nlohmann::json> ma = read_metrics(full.run_dir);
   ASSERT_EQ(ma.size(), 8u);
   EXPECT_EQ(ma[3]["loss_scale"].get<double>(), std::ldexp(1.0, 17));
@@ -124,7 +124,7 @@ TEST(TrainerPrecision, Fp16ResumeKeepsTheLossScaleExactly) {
   fs::create_directories(resumed.run_dir + "/checkpoints");
   fs::copy(full.run_dir + "/checkpoints/step_00000004",
            resumed.run_dir + "/checkpoints/step_00000004", fs::copy_options::recursive);
-  TrainResult r = Trainer(resumed, quiet).run();
+  FitResult r = Trainer(resumed).fit(&quiet);
   EXPECT_EQ(r.start_step, 4);
   std::vector<nlohmann::json> mb = read_metrics(resumed.run_dir);
   ASSERT_EQ(mb.size(), 4u);

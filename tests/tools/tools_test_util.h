@@ -7,10 +7,15 @@
 #include <filesystem>
 #include <string>
 
-#include "cli/train_options.h"
+#include "tessera/train/trainer.h"
 #include "tessera/tessera.h"
 
 namespace tessera::cli::testing {
+
+using train::FitResult;
+using train::MetricsLog;
+using train::Trainer;
+using train::TrainOptions;
 
 namespace fs = std::filesystem;
 

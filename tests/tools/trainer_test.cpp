@@ -3,8 +3,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "cli/metrics.h"
-#include "cli/trainer.h"
+#include "tessera/train/metrics.h"
+#include "tessera/train/trainer.h"
 #include "tools/tools_test_util.h"
 
 namespace tessera::cli::testing {
@@ -25,7 +25,7 @@ TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesExactly) {
 
   // Uninterrupted: 8 steps with checkpoints at 4 and 8.
   TrainOptions full = tiny_options(dir, "full");
-  TrainResult a = Trainer(full, quiet).run();
+  FitResult a = Trainer(full).fit(&quiet);
   ASSERT_EQ(a.final_step, 8);
   std::vector<nlohmann::json> ma = read_metrics(full.run_dir);
   ASSERT_EQ(ma.size(), 8u);
@@ -41,7 +41,7 @@ TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesExactly) {
     for (size_t i = 0; i < 6; ++i) log << ma[i].dump() << "\n";
     log << "{\"step\": 7, \"loss\"";  // torn line
   }
-  TrainResult b = Trainer(resumed, quiet).run();
+  FitResult b = Trainer(resumed).fit(&quiet);
   EXPECT_EQ(b.start_step, 4);
   EXPECT_EQ(b.final_step, 8);
   std::vector<nlohmann::json> mb = read_metrics(resumed.run_dir);
@@ -71,7 +71,7 @@ TEST(Trainer, LossFallsAndCheckpointsHoldEverything) {
   o.checkpoint_every = 0;
   o.eval_every = 0;
   std::ostringstream out;
-  TrainResult r = Trainer(o, out).run();
+  FitResult r = Trainer(o).fit(&out);
   std::vector<nlohmann::json> m = read_metrics(o.run_dir);
   ASSERT_EQ(m.size(), 100u);
   // The untrained model starts near ln(257) = 5.55 nats. A model that ignored context could
@@ -97,11 +97,11 @@ TEST(Trainer, RefusesToResumeWithDifferentDataOrder) {
   TrainOptions o = tiny_options(dir, "run");
   o.max_steps = 4;
   std::ostringstream quiet;
-  Trainer(o, quiet).run();
+  Trainer(o).fit(&quiet);
   o.seed = 7;
   o.max_steps = 8;
   try {
-    Trainer(o, quiet).run();
+    Trainer(o).fit(&quiet);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("seed"), std::string::npos) << e.what();

@@ -3,10 +3,14 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "cli/model_loading.h"
+#include "tessera/train/model_source.h"
 #include "tessera/tessera.h"
 
 namespace tessera::cli {
+
+using train::LoadedModel;
+using train::load_model;
+using train::ModelSourceKind;
 
 namespace {
 

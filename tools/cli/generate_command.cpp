@@ -8,7 +8,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "cli/model_loading.h"
+#include "tessera/train/model_source.h"
 #include "tessera/parallel/mesh.h"
 #include "tessera/parallel/tp/tensor_parallel.h"
 #include "tessera/tessera.h"
@@ -17,6 +17,10 @@
 #endif
 
 namespace tessera::cli {
+
+using train::LoadedModel;
+using train::load_model;
+using train::ModelSourceKind;
 
 namespace {
 

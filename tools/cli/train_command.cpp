@@ -1,16 +1,23 @@
 // `tessera train`: every TrainOptions field is a flag (--batch-size for batch_size, ...);
-// --config loads a JSON file first and flags given on the command line override it.
+// --config loads a JSON file first and flags given on the command line override it. The
+// training itself is train::Trainer's (tessera/train/trainer.h): this file turns flags into
+// options, runs Trainer::fit, prints the samples, and maps failures to one line and an exit
+// status (2: a device or layout that cannot run; 1: any other error; 130: stopped by Ctrl-C).
 
+#include <atomic>
 #include <csignal>
 #include <iostream>
 #include <map>
 
 #include "cli/commands.h"
-#include "cli/parallel_training.h"
-#include "cli/train_device.h"
-#include "cli/trainer.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
+#include "tessera/train/device.h"
+#include "tessera/train/trainer.h"
+#include "tessera/train/world.h"
+#if TESSERA_HAS_MPI
+#include <mpi.h>
+#endif
 
 namespace tessera::cli {
 
@@ -107,8 +114,63 @@ nlohmann::json typed_value(const std::string& key, const std::string& text,
                       like.is_number_float() ? "a number" : "an integer", ", got '", text, "'");
 }
 
+using train::TrainOptions;
+
+std::atomic<bool> g_stop_requested{false};
+
 void handle_sigint(int) {
-  Trainer::request_stop();
+  g_stop_requested.store(true);
+}
+
+// Once training runs, a rank may fail alone (a file it writes, a collective timing out) while
+// the others wait on it: say which rank in one write (so that ranks failing at once print whole
+// lines), and end the whole job.
+[[noreturn]] void abort_job(int rank, const char* what) {
+  const std::string line = str_cat("tessera train: rank ", rank, ": ", what, "\n");
+  std::cerr.write(line.data(), std::streamsize(line.size()));
+  std::cerr.flush();
+#if TESSERA_HAS_MPI
+  MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+  std::abort();
+}
+
+// Trains with `options` and prints the samples; returns the exit status.
+int run_training(const TrainOptions& options) {
+  std::shared_ptr<parallel::Communicator> world = train::default_world();
+  // Up to the first step every rank reads the same options and files, so a setup error is
+  // the same on every rank: rank 0 reports it, the others only fail.
+  const bool reports = world->rank() == 0;
+  std::unique_ptr<train::Trainer> trainer;
+  try {
+    trainer = std::make_unique<train::Trainer>(options, world);
+  } catch (const train::DeviceUnavailable& e) {
+    if (reports) std::cerr << e.what() << "\n";
+    return 2;  // not a usage error of the run itself: the machine lacks the device
+  } catch (const train::LayoutError& e) {
+    if (reports) std::cerr << e.what() << "\n";
+    return 2;
+  } catch (const Error&) {
+    if (reports) throw;
+    return 1;
+  }
+  train::FitResult r;
+  try {
+    r = trainer->fit(&std::cout, &g_stop_requested);
+    if (!r.interrupted && options.sample_tokens > 0) {
+      const nn::StateDict full = trainer->full_state();
+      if (reports) {
+        nn::GPT model(trainer->model_config());
+        model.load_state_dict(full);
+        train::print_samples(model, trainer->model_config(), trainer->tokenizer(), options,
+                             Device::cpu(), std::cout);
+      }
+    }
+  } catch (const std::exception& e) {
+    if (world->size() > 1) abort_job(world->rank(), e.what());
+    throw;
+  }
+  return r.interrupted ? 130 : 0;
 }
 
 struct TrainFlags {
@@ -163,33 +225,15 @@ void add_train_command(CLI::App& app) {
     }
     options.update_from_json(given);
 
-    Trainer::clear_stop();
+    g_stop_requested.store(false);
     auto previous = std::signal(SIGINT, handle_sigint);
-    TrainResult r;
-    // Under MPI every rank runs the same setup on the same options and files, so a setup
-    // error is the same on every rank: rank 0 reports it, the others only fail.
-    const bool reports = mpi_world_rank() == 0;
     try {
-      r = Trainer(options, std::cout).run();
-    } catch (const DeviceUnavailable& e) {
-      // Not a usage error of the run itself: the machine lacks the device (exit 2).
+      exit_code() = run_training(options);
+    } catch (...) {
       std::signal(SIGINT, previous);
-      if (reports) std::cerr << e.what() << "\n";
-      exit_code() = 2;
-      return;
-    } catch (const LayoutError& e) {
-      std::signal(SIGINT, previous);
-      if (reports) std::cerr << e.what() << "\n";
-      exit_code() = 2;
-      return;
-    } catch (const Error&) {
-      std::signal(SIGINT, previous);
-      if (reports) throw;
-      exit_code() = 1;
-      return;
+      throw;
     }
     std::signal(SIGINT, previous);
-    if (r.interrupted) exit_code() = 130;
   });
 }
 

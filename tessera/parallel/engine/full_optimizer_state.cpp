@@ -65,6 +65,12 @@ nn::OptimizerState gather_optimizer_state(const std::vector<std::shared_ptr<nn::
 void load_optimizer_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks,
                           const DeviceMesh& mesh, DataParallel& dp,
                           const nn::OptimizerState& full) {
+  // Another optimizer's state (an SGD run resumed with AdamW) is named as such first.
+  TESSERA_CHECK(full.scalars.is_object() && full.scalars.value("kind", "") == "adamw",
+                "optimizer state: 'kind' must be \"adamw\", got ",
+                full.scalars.is_object() && full.scalars.contains("kind")
+                    ? full.scalars["kind"].dump()
+                    : std::string("none"));
   // Split the tensors by slot, so each slot's names and shapes are checked as the weights are.
   std::array<nn::StateDict, kSlots.size()> by_slot;
   for (const auto& [name, t] : full.tensors) {

@@ -10,6 +10,7 @@
 #include "tessera/core/ops/movement.h"
 #include "tessera/parallel/engine/full_model_state.h"
 #include "tessera/parallel/engine/full_optimizer_state.h"
+#include "tessera/parallel/engine/loss_weights.h"
 #include "tessera/parallel/engine/parallel_eval.h"
 #include "tessera/parallel/pipeline/partition.h"
 
@@ -128,35 +129,6 @@ ParallelStepStats ParallelTrainer::step(const Tensor& inputs, const Tensor& targ
   return step_local(ops::narrow(inputs, 0, first, local), ops::narrow(targets, 0, first, local));
 }
 
-std::vector<double> ParallelTrainer::loss_weights(const Tensor& targets) {
-  // Each micro-batch's share of the step's counted targets, times M: exactly 1 when every
-  // micro-batch of every dp rank counts as many (no ignore_index), so that case runs the
-  // unweighted graph. One all-reduce of this rank's count over dp.
-  const int M = config_.microbatches;
-  const int64_t rows = targets.size(0) / M;
-  std::vector<double> counts(static_cast<size_t>(M), 0.0);
-  const Tensor host = ops::to(ops::contiguous(targets), Device::cpu());
-  const std::vector<int64_t> ids = to_vector<int64_t>(ops::cast(host, DType::i64));
-  const int64_t per_micro = rows * targets.size(1);
-  double local = 0;
-  for (int m = 0; m < M; ++m) {
-    for (int64_t i = 0; i < per_micro; ++i)
-      counts[size_t(m)] += ids[size_t(m * per_micro + i)] != config_.ignore_index ? 1.0 : 0.0;
-    local += counts[size_t(m)];
-  }
-  Tensor total = from_vector<double>({local}, Shape{1});
-  if (!config_.device.is_cpu()) total = ops::to(total, config_.device);
-  mesh_->dp().all_reduce(total, CommOp::sum);
-  const double global = ops::to(total, Device::cpu()).item<double>();
-  std::vector<double> weights(static_cast<size_t>(M), 1.0);
-  const double uniform = double(per_micro) * M * config_.mesh.dp;
-  for (int m = 0; m < M; ++m)
-    weights[size_t(m)] = global == uniform && counts[size_t(m)] == double(per_micro)
-                             ? 1.0
-                             : (global > 0 ? counts[size_t(m)] * M * config_.mesh.dp / global : 0.0);
-  return weights;
-}
-
 ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor& targets) {
   const Clock::time_point start = Clock::now();
   const int64_t rows = config_.batch_size / config_.mesh.dp, T = config_.seq_len;
@@ -173,7 +145,9 @@ ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor
   dp_->set_lr(out.lr);
   for (const auto& chunk : stage_->chunks()) chunk->set_step(step_);
 
-  std::vector<double> weights = loss_weights(targets);
+  std::vector<double> weights = micro_batch_weights(targets, config_.microbatches,
+                                                    config_.ignore_index, mesh_->dp(),
+                                                    config_.device);
   stage_->begin_step(ops::to(ops::contiguous(inputs), config_.device),
                      ops::to(ops::contiguous(targets), config_.device), std::move(weights));
   world_->clock()->reset();

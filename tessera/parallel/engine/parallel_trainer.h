@@ -130,8 +130,6 @@ class ParallelTrainer {
 
  private:
   nn::ParamMeta meta_of(const std::string& name) const;
-  // Each micro-batch's weight for this rank's targets [B / dp, T] (step_local).
-  std::vector<double> loss_weights(const Tensor& targets);
   // The mean over the dp group of one value per rank (on the device's communicator).
   double dp_average(double value);
 

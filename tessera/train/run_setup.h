@@ -19,10 +19,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/train_options.h"
+#include "tessera/train/options.h"
 #include "tessera/tessera.h"
 
-namespace tessera::cli {
+namespace tessera::train {
 
 // The startup banner's account of --precision: "fp32", or what bf16/fp16 keep in which dtype
 // (and fp16's loss-scale settings).
@@ -65,4 +65,4 @@ std::string restore_optimizer(const ResumePoint& resume,
 void print_samples(nn::GPT& net, const nn::GPTConfig& config, const data::Tokenizer& tokenizer,
                    const TrainOptions& o, Device device, std::ostream& out);
 
-}  // namespace tessera::cli
+}  // namespace tessera::train

@@ -1,11 +1,11 @@
-#include "cli/train_device.h"
+#include "tessera/train/device.h"
 
 #include "tessera/core/backend.h"
 #if defined(TESSERA_HAS_CUDA)
 #include "tessera/cuda/cuda.h"
 #endif
 
-namespace tessera::cli {
+namespace tessera::train {
 
 namespace {
 
@@ -15,14 +15,17 @@ namespace {
 
 }  // namespace
 
-Device open_train_device(const std::string& name) {
+Device open_train_device(const std::string& name, int local_rank) {
   if (name == "cpu") return Device::cpu();
   TESSERA_CHECK(name == "cuda", "train: --device must be cpu or cuda, got '", name, "'");
 #if defined(TESSERA_HAS_CUDA)
   // A program (a test) that registered the simulator over the GPU backend trains on it.
   if (cuda::device_is_simulated()) return Device::cuda(0);
-  if (cuda::device_count() == 0) unavailable("no GPU found");
-  cuda::init_device(0);
+  const int count = cuda::device_count();
+  if (count == 0) unavailable("no GPU found");
+  const int index = local_rank % count;
+  cuda::init_device(index);
+  return Device::cuda(index);
 #else
   // backend_for() is the registry's only query; it throws when nothing serves the type.
   try {
@@ -34,4 +37,4 @@ Device open_train_device(const std::string& name) {
   return Device::cuda(0);
 }
 
-}  // namespace tessera::cli
+}  // namespace tessera::train

@@ -1,4 +1,4 @@
-#include "cli/metrics.h"
+#include "tessera/train/metrics.h"
 
 #include <unistd.h>
 
@@ -11,7 +11,7 @@
 #include "tessera/core/file_io.h"
 #include "tessera/nn/gpt.h"
 
-namespace tessera::cli {
+namespace tessera::train {
 
 nlohmann::json RankMetrics::to_json() const {
   return {{"comm_ms", comm_ms},
@@ -145,4 +145,4 @@ void MetricsLog::truncate_after(const std::string& path, int64_t step) {
   write_file_atomic(path, kept);
 }
 
-}  // namespace tessera::cli
+}  // namespace tessera::train

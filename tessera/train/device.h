@@ -1,7 +1,7 @@
 #pragma once
 // The device `tessera train --device` runs on, and moving a model there.
 //
-// cpu always exists. cuda means cuda:0 of the CUDA backend (tessera/cuda/cuda.h). In a build
+// cpu always exists. cuda means this rank's GPU of the CUDA backend (tessera/cuda/cuda.h). In a build
 // with the GPU backend (TESSERA_HAS_CUDA) it is opened here, and a machine without a GPU is
 // refused, unless the program registered the simulator over it (use_simulated_device(), in
 // tests). In a build without it, cuda works only where the program registered a backend for
@@ -14,7 +14,7 @@
 #include "tessera/core/error.h"
 #include "tessera/nn/module.h"
 
-namespace tessera::cli {
+namespace tessera::train {
 
 // The one line `tessera train` prints before exiting with status 2.
 class DeviceUnavailable : public Error {
@@ -22,9 +22,10 @@ class DeviceUnavailable : public Error {
   using Error::Error;
 };
 
-// "cpu" or "cuda". Throws DeviceUnavailable with the message
+// "cpu" or "cuda". cuda opens GPU local_rank mod the visible GPUs (one rank per GPU on a node:
+// see world.h's local_rank()) and returns it. Throws DeviceUnavailable with the message
 // "tessera train: --device cuda: no CUDA device (this build has no CUDA backend)", or
 // "(no GPU found)" in a GPU build on a machine without one.
-Device open_train_device(const std::string& name);
+Device open_train_device(const std::string& name, int local_rank = 0);
 
-}  // namespace tessera::cli
+}  // namespace tessera::train

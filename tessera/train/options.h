@@ -13,7 +13,7 @@
 #include "tessera/nn/lr_schedule.h"
 #include "tessera/nn/optim/mixed_precision.h"
 
-namespace tessera::cli {
+namespace tessera::train {
 
 struct TrainOptions {
   // Model: a preset plus overrides, or weights to start from.
@@ -92,4 +92,4 @@ struct TrainOptions {
   void update_from_json(const nlohmann::json& j);
 };
 
-}  // namespace tessera::cli
+}  // namespace tessera::train

@@ -12,7 +12,7 @@
 
 #include "tessera/nn/gpt_config.h"
 
-namespace tessera::cli {
+namespace tessera::train {
 
 // Bytes one rank holds under a parallel layout (the engine's RankMemory) and its time blocked
 // in communication this step.
@@ -80,4 +80,4 @@ class MetricsLog {
   std::ofstream out_;
 };
 
-}  // namespace tessera::cli
+}  // namespace tessera::train

@@ -12,7 +12,7 @@
 
 #include "tessera/nn/gpt.h"
 
-namespace tessera::cli {
+namespace tessera::train {
 
 enum class ModelSourceKind { run_dir, checkpoint, hf_gpt2, llmc };
 
@@ -36,4 +36,4 @@ LoadedModel load_model(const std::string& spec, int64_t n_head = 0,
 // The weights of an HF or llm.c file with the config they imply (no model built).
 nn::StateDict import_weights(const std::string& spec, nn::GPTConfig* config, int64_t n_head = 0);
 
-}  // namespace tessera::cli
+}  // namespace tessera::train

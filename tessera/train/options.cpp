@@ -1,11 +1,11 @@
-#include "cli/train_options.h"
+#include "tessera/train/options.h"
 
 #include <cmath>
 #include <type_traits>
 
 #include "tessera/core/error.h"
 
-namespace tessera::cli {
+namespace tessera::train {
 
 namespace {
 
@@ -211,4 +211,4 @@ void TrainOptions::update_from_json(const nlohmann::json& j) {
   }
 }
 
-}  // namespace tessera::cli
+}  // namespace tessera::train

@@ -1,4 +1,4 @@
-#include "cli/model_loading.h"
+#include "tessera/train/model_source.h"
 
 #include <filesystem>
 
@@ -8,7 +8,7 @@
 #include "tessera/nn/io/llmc.h"
 #include "tessera/parallel/tp/full_state.h"
 
-namespace tessera::cli {
+namespace tessera::train {
 
 namespace fs = std::filesystem;
 
@@ -84,4 +84,4 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
   return out;
 }
 
-}  // namespace tessera::cli
+}  // namespace tessera::train

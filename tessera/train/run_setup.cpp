@@ -1,12 +1,12 @@
-#include "cli/train_common.h"
+#include "tessera/train/run_setup.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <ostream>
 
-#include "cli/model_loading.h"
+#include "tessera/train/model_source.h"
 
-namespace tessera::cli {
+namespace tessera::train {
 
 namespace {
 
@@ -129,4 +129,4 @@ void print_samples(nn::GPT& net, const nn::GPTConfig& config, const data::Tokeni
   }
 }
 
-}  // namespace tessera::cli
+}  // namespace tessera::train

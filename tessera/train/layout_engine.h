@@ -1,0 +1,42 @@
+#pragma once
+// LayoutEngine: the StepEngine for a GPT under a parallel layout, parallel::ParallelTrainer
+// over the run's world. Every layout, one process included (dp = tp = pp = 1), runs this code;
+// on one process it gives bit for bit the losses of nn::GPT with nn::AdamW and clipping
+// (measured over 30 steps of the main job's model; see docs/training.md).
+
+#include <memory>
+
+#include "tessera/parallel/engine/parallel_trainer.h"
+#include "tessera/train/step_engine.h"
+
+namespace tessera::train {
+
+class LayoutEngine final : public StepEngine {
+ public:
+  // Builds this rank's part of the model (collective over world). `dropout_seed` keys the
+  // dropout masks, as nn::GPT::set_dropout_seed.
+  LayoutEngine(std::shared_ptr<parallel::Communicator> world, const nn::GPTConfig& model,
+               const parallel::ParallelConfig& config, uint64_t dropout_seed);
+
+  EngineStep step(const Tensor& inputs, const Tensor& targets) override;
+  double evaluate(const Tensor& inputs, const Tensor& targets) override;
+  nn::StateDict gather_model() override;
+  void load_model(const nn::StateDict& full) override;
+  nn::OptimizerState gather_optimizer() override;
+  void load_optimizer(const nn::OptimizerState& full) override;
+  nlohmann::json precision_state() const override;
+  void load_precision_state(const nlohmann::json& state) override;
+  const nn::DynamicLossScaler* scaler() const override;
+  void set_step(int64_t step) override { trainer_.set_step(step); }
+  int dp_rank() const override { return trainer_.mesh().dp_rank(); }
+  int dp_size() const override { return trainer_.config().mesh.dp; }
+  std::string describe() const override { return trainer_.describe(); }
+  nlohmann::json layout_json() const override;
+
+  parallel::ParallelTrainer& trainer() { return trainer_; }
+
+ private:
+  parallel::ParallelTrainer trainer_;
+};
+
+}  // namespace tessera::train

@@ -1,0 +1,74 @@
+#pragma once
+// StepEngine: what train::Trainer runs one optimizer step on. Two implementations:
+//
+//   LayoutEngine (layout_engine.h)  a GPT under any dp x tp x pp layout, ZeRO 0-3, every
+//                                   pipeline schedule, sequence parallelism, bf16/fp16 over
+//                                   fp32 masters: parallel::ParallelTrainer. One process is the
+//                                   layout (1, 1, 1) of the same code.
+//   ModuleEngine (module_engine.h)  any Module with the caller's loss and any nn::Optimizer,
+//                                   under data parallelism with ZeRO 0 (gradients averaged over
+//                                   the ranks); bf16/fp16 through nn::MixedPrecision.
+//
+// Both take this data-parallel rank's rows of the step's global batch (the loader reads nothing
+// else), weight each micro-batch's mean loss by its share of the global count of targets that
+// are not ignore_index, and report the mean loss over the global batch, the same on every rank.
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/tensor.h"
+#include "tessera/nn/module.h"
+#include "tessera/nn/optim/loss_scaler.h"
+#include "tessera/nn/optim/optimizer.h"
+#include "tessera/parallel/engine/parallel_trainer.h"
+
+namespace tessera::train {
+
+struct EngineStep {
+  double loss = 0;        // mean over the global batch's counted targets
+  double grad_norm = 0;   // global, before clipping
+  double lr = 0;          // the learning rate this step used
+  double loss_scale = 1;  // fp16: the scale the backward ran with
+  bool skipped = false;   // fp16 overflow: nothing was updated
+  double seconds = 0;     // wall time on this rank
+  double comm_seconds = 0;
+  double bubble = 0;  // the pipeline's measured idle / busy (LayoutEngine, pp > 1)
+  parallel::RankMemory memory;
+};
+
+class StepEngine {
+ public:
+  virtual ~StepEngine() = default;
+
+  // One optimizer step on this dp rank's rows: integer ids and targets [rows, T] on the CPU.
+  // Collective over the run's world.
+  virtual EngineStep step(const Tensor& inputs, const Tensor& targets) = 0;
+  // The mean loss over the global batch of which these are this dp rank's rows (no update,
+  // no dropout). Collective.
+  virtual double evaluate(const Tensor& inputs, const Tensor& targets) = 0;
+
+  // The single-process model state dict, on the CPU, on every rank; and its load into this
+  // rank's part. Collective.
+  virtual nn::StateDict gather_model() = 0;
+  virtual void load_model(const nn::StateDict& full) = 0;
+  // The optimizer state in the single-process format, on the CPU; and its load. Collective.
+  virtual nn::OptimizerState gather_optimizer() = 0;
+  virtual void load_optimizer(const nn::OptimizerState& full) = 0;
+  // Mixed precision's state (fp16's loss scaler), for checkpoints.
+  virtual nlohmann::json precision_state() const = 0;
+  virtual void load_precision_state(const nlohmann::json& state) = 0;
+  virtual const nn::DynamicLossScaler* scaler() const = 0;
+
+  // The step the next call to step() runs (its learning rate and dropout masks).
+  virtual void set_step(int64_t step) = 0;
+  virtual int dp_rank() const = 0;
+  virtual int dp_size() const = 0;
+  // One line for the startup banner.
+  virtual std::string describe() const = 0;
+  // The layout, for a checkpoint's state.json (empty for one process).
+  virtual nlohmann::json layout_json() const = 0;
+};
+
+}  // namespace tessera::train

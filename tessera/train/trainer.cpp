@@ -1,0 +1,404 @@
+#include "tessera/train/trainer.h"
+
+#include <filesystem>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "tessera/core/allocator.h"
+#include "tessera/core/file_io.h"
+#include "tessera/core/ops/creation.h"
+#include "tessera/core/ops/movement.h"
+#include "tessera/core/cpu/parallel.h"
+#include "tessera/data/load_tokenizer.h"
+#include "tessera/nn/io/checkpoint.h"
+#include "tessera/nn/optim/adamw.h"
+#include "tessera/nn/optim/sgd.h"
+#include "tessera/train/device.h"
+#include "tessera/train/layout_engine.h"
+#include "tessera/train/world.h"
+
+namespace tessera::train {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+template <class... Parts>
+[[noreturn]] void refuse(const Parts&... parts) {
+  throw LayoutError(str_cat("tessera train: ", parts...));
+}
+
+// The layout options a single process cannot use: each is named when set.
+void refuse_layout_flags_on_one_process(const TrainOptions& o) {
+  const char* flag = o.zero != 0                ? "--zero"
+                     : o.microbatches != 1      ? "--microbatches"
+                     : o.schedule != "1f1b"     ? "--schedule"
+                     : o.virtual_stages != 1    ? "--virtual-stages"
+                     : o.sequence_parallel      ? "--sequence-parallel"
+                                                : nullptr;
+  if (flag != nullptr)
+    refuse(flag, " applies to a parallel layout (--dp/--tp/--pp under mpiexec); this run is one ",
+           "process (dp 1, tp 1, pp 1), where it cannot apply");
+}
+
+// Whether the GPT trains on the LayoutEngine (parallel::ParallelTrainer, every layout) or on
+// the ModuleEngine (any optimizer, data parallelism only).
+bool uses_layout_engine(const TrainOptions& o) {
+  return o.optimizer == "adamw" && !o.stochastic_rounding;
+}
+
+// The engine's config for o, or a LayoutError naming what does not fit. The same on every rank
+// (it reads only the options, the model config and the world size), so no rank goes on alone.
+parallel::ParallelConfig parallel_config(const TrainOptions& o, const nn::GPTConfig& model,
+                                         int world_size, Device device) {
+  parallel::ParallelConfig p;
+  p.mesh = {int(o.dp), int(o.pp), int(o.tp)};
+  p.zero_stage = int(o.zero);
+  // grad_accum micro-batches of batch_size rows make the global batch; under a pipeline each
+  // of its --microbatches pieces is split grad_accum times more.
+  p.microbatches = int(o.microbatches * o.grad_accum);
+  p.schedule = parallel::parse_schedule_kind(o.schedule);
+  p.virtual_stages = int(o.virtual_stages);
+  p.sequence_parallel = o.sequence_parallel;
+  p.batch_size = o.batch_size * o.grad_accum;
+  p.seq_len = o.seq_len;
+  p.adamw = {
+      .lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay};
+  p.lr_schedule = o.lr_schedule();
+  p.max_grad_norm = o.grad_clip;
+  p.precision = o.precision_policy();
+  p.loss_scaler = o.loss_scaler();
+  p.device = device;
+  std::string why = parallel::layout_error(p, model, world_size);
+  if (!why.empty() && p.mesh.world_size() != world_size)
+    why += str_cat(" (start it as mpiexec -n ", p.mesh.world_size(), " tessera train ...)");
+  if (!why.empty()) refuse(why);
+  if (!o.val_data.empty() && o.batch_size % o.dp != 0)
+    refuse("validation splits each --batch-size ", o.batch_size, " batch over dp ", o.dp,
+           ", which does not divide it");
+  return p;
+}
+
+std::unique_ptr<nn::Optimizer> make_optimizer(const TrainOptions& o, const nn::Module& model) {
+  if (o.optimizer == "sgd") {
+    nn::SGDOptions s;
+    s.lr = o.lr;
+    s.momentum = o.momentum;
+    s.weight_decay = o.weight_decay;
+    return std::make_unique<nn::SGD>(model.named_parameters(), s);
+  }
+  nn::AdamWOptions a;
+  a.lr = o.lr;
+  a.beta1 = o.beta1;
+  a.beta2 = o.beta2;
+  a.eps = o.eps;
+  a.weight_decay = o.weight_decay;
+  return std::make_unique<nn::AdamW>(model.named_parameters(), a);
+}
+
+ModuleEngineConfig module_config(const TrainOptions& o, Device device) {
+  ModuleEngineConfig c;
+  c.micro_batches = int(o.grad_accum);
+  c.lr_schedule = o.lr_schedule();
+  c.max_grad_norm = o.grad_clip;
+  c.precision = o.precision_policy();
+  c.loss_scaler = o.loss_scaler();
+  c.stochastic_rounding = o.stochastic_rounding;
+  c.rounding_seed = o.seed;
+  c.device = device;
+  return c;
+}
+
+// The layouts the ModuleEngine cannot run, named.
+void check_module_layout(const TrainOptions& o, int world_size, const char* why) {
+  if (o.tp > 1 || o.pp > 1 || o.zero > 0)
+    refuse(why, " trains on the data-parallel engine (ZeRO 0): --tp ", o.tp, " --pp ", o.pp,
+           " --zero ", o.zero, " need the GPT's parallel hooks and the sharded AdamW "
+           "(--optimizer adamw)");
+  if (o.dp != world_size)
+    refuse("--dp ", o.dp, " does not match the ", world_size, " ranks (start it as mpiexec -n ",
+           o.dp, " tessera train ...)");
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainOptions options, std::shared_ptr<parallel::Communicator> world)
+    : options_(std::move(options)), world_(world ? std::move(world) : default_world()) {
+  const TrainOptions& o = options_;
+  init_common();
+  std::optional<ResumePoint> resume = find_resume(o);
+  nn::StateDict imported;
+  config_ = resolve_config(o, *tokenizer_, resume ? &*resume : nullptr, &imported);
+  if (uses_layout_engine(o)) {
+    engine_ = std::make_unique<LayoutEngine>(world_, config_,
+                                             parallel_config(o, config_, world_->size(), device_),
+                                             o.seed);
+  } else {
+    check_module_layout(o, world_->size(),
+                        o.optimizer == "sgd" ? "--optimizer sgd" : "--stochastic-rounding");
+    // The fp32 master and, under bf16/fp16, the compute copy, both on the device.
+    auto master = std::make_shared<nn::GPT>(config_);
+    std::shared_ptr<nn::GPT> compute;
+    if (o.precision_policy() != nn::Precision::fp32)
+      compute = std::make_shared<nn::GPT>(config_, nn::compute_dtype(o.precision_policy()));
+    nn::move_to_device(master->state_dict(), device_);
+    if (compute) nn::move_to_device(compute->state_dict(), device_);
+    (compute ? *compute : *master).set_dropout_seed(o.seed);
+    ModuleParts parts;
+    parts.master = master;
+    parts.compute = compute;
+    parts.optimizer = make_optimizer(o, *master);
+    parts.loss = [](nn::Module& net, const Tensor& x, const Tensor& y, int64_t step) {
+      auto& gpt = dynamic_cast<nn::GPT&>(net);
+      gpt.set_step(step);
+      return gpt.loss(x, y);
+    };
+    engine_ = std::make_unique<ModuleEngine>(world_, std::move(parts), module_config(o, device_));
+  }
+  if (!imported.empty()) engine_->load_model(imported);
+  build_loaders();
+  if (resume) resume_from(*resume);
+  if (world_->rank() == 0)
+    write_file_atomic(o.run_dir + "/config.json", o.to_json().dump(2) + "\n");
+}
+
+Trainer::Trainer(ModuleParts parts, TrainOptions options,
+                 std::shared_ptr<parallel::Communicator> world)
+    : options_(std::move(options)), world_(world ? std::move(world) : default_world()) {
+  custom_model_ = true;
+  init_common();
+  check_module_layout(options_, world_->size(), "a model of the caller's own");
+  config_ = options_.model_config();
+  engine_ = std::make_unique<ModuleEngine>(world_, std::move(parts), module_config(options_, device_));
+  build_loaders();
+  if (std::optional<ResumePoint> resume = find_resume(options_)) resume_from(*resume);
+  if (world_->rank() == 0)
+    write_file_atomic(options_.run_dir + "/config.json", options_.to_json().dump(2) + "\n");
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::init_common() {
+  const TrainOptions& o = options_;
+  o.validate();
+  if (world_->size() == 1 && o.dp * o.tp * o.pp == 1) refuse_layout_flags_on_one_process(o);
+  if (o.threads > 0) set_num_threads(o.threads);
+  device_ = open_train_device(o.device, local_rank());
+  if (!device_.is_cpu() && world_->size() > 1)
+    refuse("--device ", o.device, " under ", world_->size(), " ranks: a parallel layout on CUDA ",
+           "needs the NCCL communicator in the training engine, which is not wired in yet; ",
+           "train on one GPU, or on the CPU under this layout");
+  fs::create_directories(o.run_dir);
+  tokenizer_ = data::load_tokenizer(o.tokenizer);
+  const int threads = num_threads();
+  if (o.peak_gflops > 0) {
+    peak_gflops_ = o.peak_gflops;
+    peak_text_ = str_cat(o.peak_gflops, " GFLOP/s (--peak-gflops)");
+  } else if (!device_.is_cpu()) {
+    // No table of GPU peaks here: the user states the one for the GPU and the precision.
+    peak_text_ = "none stated: pass --peak-gflops (the GPU's dense peak) for MFU on cuda";
+  } else {
+    peak_gflops_ = cpu_peak_gflops(threads * world_->size(), &peak_text_);
+    if (world_->size() > 1) peak_text_ += str_cat(", the ", world_->size(), " ranks' threads together");
+  }
+}
+
+void Trainer::build_loaders() {
+  const TrainOptions& o = options_;
+  const int dp = engine_->dp_size(), rank = engine_->dp_rank();
+  // Every dp rank reads only its rows: the global step is batch_size * grad_accum windows, of
+  // which rank d takes the d-th 1/dp. The loader's state is the same on every rank and for
+  // every dp that splits the same global step.
+  data::LoaderOptions lo;
+  lo.seq_len = o.seq_len;
+  lo.seed = o.seed;
+  lo.vocab_size = custom_model_ ? 0 : config_.vocab_size;
+  lo.rank = rank;
+  lo.world_size = dp;
+  const int64_t global = o.batch_size * o.grad_accum;
+  TESSERA_CHECK(global % dp == 0, "train: the global batch ", global, " (--batch-size x ",
+                "--grad-accum) does not split over dp ", dp);
+  lo.batch_size = global / dp;
+  lo.shuffle = true;
+  train_ = std::make_unique<data::DataLoader>(o.train_data, lo);
+  if (!o.val_data.empty()) {
+    TESSERA_CHECK(o.batch_size % dp == 0, "train: validation splits each --batch-size ",
+                  o.batch_size, " batch over dp ", dp, ", which does not divide it");
+    lo.batch_size = o.batch_size / dp;
+    lo.shuffle = false;
+    val_ = std::make_unique<data::DataLoader>(o.val_data, lo);
+  }
+}
+
+void Trainer::resume_from(const ResumePoint& resume) {
+  const nlohmann::json& state = resume.data.state;
+  engine_->load_model(resume.data.model);
+  // Whichever layout (or one process) wrote it, every rank loads its part; a state of another
+  // optimizer is refused in one line naming the file (restore_optimizer).
+  optimizer_note_ = restore_optimizer(
+      resume, [&](const nn::OptimizerState& opt) { engine_->load_optimizer(opt); });
+  train_->restore(data::LoaderState::from_json(state.at("loader")));
+  if (state.contains("precision")) engine_->load_precision_state(state["precision"]);
+  step_ = resume.data.step;
+  engine_->set_step(step_);
+  if (world_->rank() == 0) MetricsLog::truncate_after(metrics_path(options_), step_);
+  resumed_from_ = nn::checkpoint_name(step_);
+}
+
+void Trainer::load(const std::string& checkpoint_dir) {
+  ResumePoint resume{checkpoint_dir, nn::load_checkpoint(checkpoint_dir)};
+  resume_from(resume);
+}
+
+data::Batch Trainer::next_rows() {
+  return train_->next();
+}
+
+std::vector<RankMetrics> Trainer::gather_rank_metrics(const EngineStep& s) {
+  constexpr int64_t kFields = 5;
+  Tensor mine = from_vector<double>(
+      {s.comm_seconds * 1e3, double(s.memory.parameters), double(s.memory.gradients),
+       double(s.memory.optimizer_state), double(s.memory.activations)},
+      Shape{kFields});
+  Tensor all = zeros(Shape{world_->size() * kFields}, DType::f64);
+  world_->all_gather(mine, all);
+  std::vector<double> v = to_vector<double>(all);
+  std::vector<RankMetrics> ranks(size_t(world_->size()));
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const double* f = v.data() + r * kFields;
+    ranks[r] = {f[0], int64_t(f[1]), int64_t(f[2]), int64_t(f[3]), int64_t(f[4])};
+  }
+  return ranks;
+}
+
+StepMetrics Trainer::step() {
+  TESSERA_CHECK(!done(), "Trainer::step: all ", options_.max_steps, " steps are done");
+  const TrainOptions& o = options_;
+  const data::Batch rows = next_rows();
+  const EngineStep s = engine_->step(rows.inputs, rows.targets);
+  ++step_;
+
+  StepMetrics m;
+  m.step = step_;
+  m.loss = s.loss;
+  m.lr = s.lr;
+  m.grad_norm = s.grad_norm;
+  m.precision = o.precision;
+  if (const nn::DynamicLossScaler* scaler = engine_->scaler()) {
+    m.loss_scale = s.loss_scale;
+    m.skipped = s.skipped;
+    m.skipped_steps = scaler->skipped_steps();
+  }
+  const int64_t tokens_per_step = o.batch_size * o.grad_accum * o.seq_len;
+  m.ms = s.seconds * 1e3;
+  m.tokens_per_s = double(tokens_per_step) / s.seconds;
+  const double fpt = custom_model_ ? 0.0 : flops_per_token(config_, o.seq_len);
+  m.mfu = peak_gflops_ > 0 ? fpt * m.tokens_per_s / (peak_gflops_ * 1e9) : 0.0;
+  const AllocatorStats st = allocator_for(device_).stats();
+  m.live_bytes = st.live_bytes;
+  m.peak_bytes = st.peak_bytes;
+  m.rss_bytes = process_rss_bytes();
+  if (world_->size() > 1) m.parallel = ParallelMetrics{s.bubble, gather_rank_metrics(s)};
+  const bool last = done();
+  if (val_ && ((o.eval_every > 0 && step_ % o.eval_every == 0) || last)) m.val_loss = evaluate();
+  return m;
+}
+
+double Trainer::evaluate() {
+  TESSERA_CHECK(val_ != nullptr, "Trainer::evaluate: no validation data (--val-data)");
+  return validation_loss(*val_, options_, [&](const data::Batch& b) {
+    return engine_->evaluate(b.inputs, b.targets);
+  });
+}
+
+std::string Trainer::save() {
+  nn::StateDict model = engine_->gather_model();
+  nn::OptimizerState optimizer = engine_->gather_optimizer();
+  if (world_->rank() == 0) {
+    nn::CheckpointData data;
+    data.step = step_;
+    data.model = std::move(model);
+    data.optimizer = std::move(optimizer.tensors);
+    data.state = {{"options", options_.to_json()},
+                  {"optimizer", optimizer.scalars},
+                  {"model_config", config_.to_json()},
+                  {"loader", train_->state().to_json()},
+                  {"precision", engine_->precision_state()}};
+    const nlohmann::json layout = engine_->layout_json();
+    if (!layout.empty()) data.state["parallel"] = layout;
+    nn::save_checkpoint(options_.run_dir, data, options_.keep_checkpoints);
+  }
+  world_->barrier();
+  return (fs::path(nn::checkpoints_dir(options_.run_dir)) / nn::checkpoint_name(step_)).string();
+}
+
+bool Trainer::agree_on_stop(const std::atomic<bool>* stop) {
+  const bool mine = stop != nullptr && stop->load();
+  if (world_->size() == 1) return mine;
+  Tensor flag = from_vector<double>({mine ? 1.0 : 0.0}, Shape{1});
+  world_->all_reduce(flag, parallel::CommOp::max);
+  return flag.item<double>() > 0;
+}
+
+std::string Trainer::banner() const {
+  const TrainOptions& o = options_;
+  std::ostringstream b;
+  const int64_t tokens_per_step = o.batch_size * o.grad_accum * o.seq_len;
+  b << "tessera train: resolved options\n" << o.to_json().dump(2) << "\n";
+  if (!custom_model_) {
+    b << "model: " << config_.to_json().dump() << "\n"
+      << "parameters: " << nn::GPT::count_parameters(config_) << " | tokens/step: "
+      << tokens_per_step << " | FLOPs/token: " << std::setprecision(4)
+      << flops_per_token(config_, o.seq_len) / 1e6 << " M";
+  } else {
+    b << "model: the caller's | tokens/step: " << tokens_per_step;
+  }
+  b << " | threads: " << num_threads();
+  if (world_->size() > 1) b << " per rank x " << world_->size() << " ranks";
+  b << "\nlayout: " << engine_->describe() << "\n"
+    << "MFU is against a peak of " << peak_text_ << "\n"
+    << "device: " << device_ << " | precision: " << precision_banner(o) << "\n";
+  if (!resumed_from_.empty())
+    b << "resuming from " << o.run_dir << "/checkpoints/" << resumed_from_ << "\n";
+  if (!optimizer_note_.empty())
+    b << "optimizer state not restored (it starts from zero): " << optimizer_note_ << "\n";
+  return b.str();
+}
+
+FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
+  const TrainOptions& o = options_;
+  const bool rank0 = world_->rank() == 0;
+  FitResult result;
+  result.start_step = step_;
+  if (!resumed_from_.empty())
+    result.checkpoint =
+        (fs::path(nn::checkpoints_dir(o.run_dir)) / resumed_from_).string();
+  if (out != nullptr && rank0) *out << banner() << std::flush;
+  std::optional<MetricsLog> log;
+  if (rank0) log.emplace(metrics_path(o));
+  while (!done()) {
+    const StepMetrics m = step();
+    result.final_loss = m.loss;
+    if (m.val_loss) result.final_val_loss = m.val_loss;
+    if (rank0) {
+      log->append(m.to_json());
+      if (out != nullptr && (m.step % o.log_every == 0 || done() || m.val_loss))
+        *out << m.console_line(o.max_steps) << "\n" << std::flush;
+    }
+    const bool stopping = agree_on_stop(stop);
+    if ((o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0) || done() || stopping)
+      result.checkpoint = save();
+    if (stopping && !done()) {
+      result.interrupted = true;
+      if (out != nullptr && rank0)
+        *out << "interrupted after step " << m.step << ": checkpoint saved to "
+             << result.checkpoint << "; run the same command to resume\n";
+      break;
+    }
+  }
+  result.final_step = step_;
+  return result;
+}
+
+}  // namespace tessera::train

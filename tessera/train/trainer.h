@@ -1,0 +1,147 @@
+#pragma once
+// train::Trainer: Tessera's training engine, what `tessera train` runs and what a research
+// codebase embeds. It owns everything around the optimizer step: the model (a preset with
+// overrides, imported weights, or the run's latest checkpoint), the data (each data-parallel
+// rank reads only its own rows of every global batch), the learning-rate schedule, evaluation,
+// checkpoints (model and optimizer in the single-process format, so any layout resumes any
+// other), metrics (console line and <run_dir>/metrics.jsonl) and the device.
+//
+//   train::TrainOptions o;                 // the keys of `tessera train --config`
+//   o.train_data = "data/corpus_train_*.bin";
+//   o.model_overrides = {{"n_layer", 4}, {"n_embd", 192}};
+//   train::Trainer trainer(o);             // one process; under mpiexec, the MPI world
+//   while (!trainer.done()) {
+//     const train::StepMetrics m = trainer.step();
+//     ...
+//   }
+//   trainer.save();
+//
+// or trainer.fit(&std::cout) for the whole loop with the options' cadence (log, evaluate,
+// checkpoint, stop on request). Every call that runs a step, an evaluation or a save is
+// collective over the run's world: every rank calls it.
+//
+// The step runs on one of two engines (step_engine.h):
+//   - a GPT with AdamW: parallel::ParallelTrainer under the options' layout, dp x tp x pp with
+//     ZeRO 0-3, every pipeline schedule, virtual stages and sequence parallelism, fp32, bf16 or
+//     fp16, on one process (the layout (1, 1, 1)) or many;
+//   - the caller's own model and optimizer (the ModuleParts constructor), and `--optimizer sgd`
+//     or --stochastic-rounding: any Module under data parallelism with ZeRO 0 (gradients
+//     averaged over the ranks). Tensor and pipeline parallelism and ZeRO >= 1 need the model's
+//     parallel hooks (nn::ModelParallel, pipeline stages) and the sharded AdamW, which only the
+//     GPT has; those options are refused for this engine with one line.
+// Options that cannot apply are refused, never ignored: a layout flag on one process
+// (--zero, --microbatches, --schedule, --virtual-stages, --sequence-parallel), a layout whose
+// ranks differ from the world's, a parallel layout on CUDA (its NCCL path is not wired yet).
+//
+// The loss of a step is the mean over the global batch's counted targets (ignore_index -100
+// excluded): every micro-batch is weighted by its share of the global count (one all-reduce
+// of the counts), so layouts agree with one process however the ignored targets fall.
+
+#include <atomic>
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "tessera/data/loader.h"
+#include "tessera/data/tokenizer.h"
+#include "tessera/nn/gpt.h"
+#include "tessera/parallel/comm/communicator.h"
+#include "tessera/train/metrics.h"
+#include "tessera/train/module_engine.h"
+#include "tessera/train/options.h"
+#include "tessera/train/run_setup.h"
+#include "tessera/train/step_engine.h"
+
+namespace tessera::train {
+
+// A layout that does not fit the model, the batch or the ranks, or an option that cannot apply
+// to the run: one line, raised on every rank before any collective.
+class LayoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+// What fit() did.
+struct FitResult {
+  int64_t start_step = 0;  // where it began (0, or the resumed checkpoint's step)
+  int64_t final_step = 0;
+  double final_loss = 0;
+  std::optional<double> final_val_loss;
+  bool interrupted = false;  // stopped on request before max_steps
+  std::string checkpoint;    // the last checkpoint written or resumed: its directory
+};
+
+class Trainer {
+ public:
+  // Everything from the options: the GPT (resumed from the run's latest checkpoint under
+  // resume "auto", else imported from init_from, else fresh), its loaders and the engine.
+  // world: the ranks (nullptr: default_world(), world.h). Collective over world.
+  explicit Trainer(TrainOptions options, std::shared_ptr<parallel::Communicator> world = nullptr);
+  // The caller's model, loss and optimizer on the ModuleEngine (data parallelism, ZeRO 0); the
+  // data, schedule, clipping, precision, evaluation and checkpoints come from the options. The
+  // parts' parameters must be on the options' device. Collective over world.
+  Trainer(ModuleParts parts, TrainOptions options,
+          std::shared_ptr<parallel::Communicator> world = nullptr);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // One optimizer step on the next global batch (grad_accum micro-batches of batch_size rows,
+  // split over dp); then evaluation when the options' cadence says so (val_loss). Collective.
+  StepMetrics step();
+  // The validation loss over the first eval_batches batches of val_data. Collective.
+  double evaluate();
+  // A checkpoint of the current step under <run_dir>/checkpoints (rank 0 writes it, atomically;
+  // keep_checkpoints prunes older ones). Returns its directory. Collective.
+  std::string save();
+  // Restores a checkpoint directory written by any layout (model, optimizer, loader position,
+  // loss scale, step). Collective.
+  void load(const std::string& checkpoint_dir);
+  // The loop: steps to max_steps, printing every log_every steps to *out (rank 0; null: quiet),
+  // checkpointing every checkpoint_every steps and at the end, and stopping after the current
+  // step once *stop is set on any rank (checkpointed, interrupted). Collective.
+  FitResult fit(std::ostream* out = nullptr, const std::atomic<bool>* stop = nullptr);
+
+  bool done() const { return step_ >= options_.max_steps; }
+  int64_t steps_done() const { return step_; }
+  const TrainOptions& options() const { return options_; }
+  const nn::GPTConfig& model_config() const { return config_; }
+  const data::Tokenizer& tokenizer() const { return *tokenizer_; }
+  Device device() const { return device_; }
+  parallel::Communicator& world() { return *world_; }
+  StepEngine& engine() { return *engine_; }
+  // The whole model's weights in the single-process format, on the CPU, every rank. Collective.
+  nn::StateDict full_state() { return engine_->gather_model(); }
+  // The resumed checkpoint's name, or "" for a fresh run; and why its optimizer state was not
+  // restored ("" when it was).
+  const std::string& resumed_from() const { return resumed_from_; }
+  const std::string& optimizer_note() const { return optimizer_note_; }
+  // The startup banner (resolved options, model, layout, peak, device, precision).
+  std::string banner() const;
+
+ private:
+  void init_common();
+  void build_loaders();
+  void resume_from(const ResumePoint& resume);
+  // The next global batch's rows for this dp rank (grad_accum loader batches stacked).
+  data::Batch next_rows();
+  std::vector<RankMetrics> gather_rank_metrics(const EngineStep& s);
+  bool agree_on_stop(const std::atomic<bool>* stop);
+
+  TrainOptions options_;
+  std::shared_ptr<parallel::Communicator> world_;
+  Device device_ = Device::cpu();
+  std::unique_ptr<data::Tokenizer> tokenizer_;
+  nn::GPTConfig config_;
+  std::unique_ptr<StepEngine> engine_;
+  std::unique_ptr<data::DataLoader> train_, val_;
+  int64_t step_ = 0;
+  double peak_gflops_ = 0;
+  std::string peak_text_;
+  std::string resumed_from_, optimizer_note_;
+  bool custom_model_ = false;
+};
+
+}  // namespace tessera::train

@@ -1,0 +1,21 @@
+#pragma once
+// The ranks a training run spans. A program started by an MPI launcher (mpiexec, srun) that has
+// initialised MPI (parallel::MpiSession) trains over MPI's world; any other trains alone. A
+// world of one rank is always a LocalCommunicator, whatever started the process: its
+// collectives are copies on any device, so `mpiexec -n 1` and a plain run are the same run.
+
+#include <memory>
+
+#include "tessera/parallel/comm/communicator.h"
+
+namespace tessera::train {
+
+// MPI's world when MPI is initialised and has more than one rank; else one local rank.
+std::shared_ptr<parallel::Communicator> default_world();
+
+// This process's rank among the processes on its node (the launcher's local rank: MPICH's
+// MPI_LOCALRANKID, Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, Slurm's SLURM_LOCALID), 0 when no
+// launcher set one. `--device cuda` takes GPU local_rank mod the visible GPUs.
+int local_rank();
+
+}  // namespace tessera::train
