@@ -56,3 +56,4 @@
 #include "tessera/data/tokenizer.h"
 
 #include "tessera/nn/nn.h"
+#include "tessera/train/trainer.h"

@@ -4,6 +4,9 @@
 #include <filesystem>
 #include <ostream>
 
+#include "tessera/core/ops/creation.h"
+#include "tessera/core/ops/movement.h"
+#include "tessera/nn/generate.h"
 #include "tessera/train/model_source.h"
 
 namespace tessera::train {

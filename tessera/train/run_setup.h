@@ -20,7 +20,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/train/options.h"
-#include "tessera/tessera.h"
+#include "tessera/data/loader.h"
+#include "tessera/data/tokenizer.h"
+#include "tessera/nn/gpt.h"
+#include "tessera/nn/io/checkpoint.h"
+#include "tessera/nn/optim/optimizer.h"
 
 namespace tessera::train {
 

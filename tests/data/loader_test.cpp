@@ -223,7 +223,15 @@ TEST(DataLoader, RestoreRejectsAMismatchedState) {
   LoaderOptions other = o;
   other.batch_size = 4;
   DataLoader different(paths, other);
-  expect_error([&] { different.restore(s); }, {"batch_size is 2 in the state but 4"});
+  expect_error([&] { different.restore(s); },
+               {"batch_size * world_size (windows per global step) is 2 in the state but 4"});
+  // Another split of the same global step restores: 2 ranks of 1 window each.
+  LoaderOptions split = o;
+  split.batch_size = 1;
+  split.world_size = 2;
+  split.rank = 1;
+  DataLoader rank1(paths, split);
+  rank1.restore(s);
   LoaderState bad = s;
   bad.shard = 2;
   expect_error([&] { loader.restore(bad); }, {"shard 2 is not in [0, 2)"});

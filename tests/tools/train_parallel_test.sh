@@ -9,7 +9,9 @@
 #      in one process, and both continue the uninterrupted run's losses within relative 1e-5;
 #   4. bf16 dp2 x tp2 tracks one process in bf16 within a bf16 bound; fp16 dp2 shows its loss
 #      scale and resumes the scaler's state from its checkpoint;
-#   5. a layout that does not fit prints one line "tessera train: ..." and every rank exits 2.
+#   5. a layout that does not fit prints one line "tessera train: ..." and every rank exits 2;
+#   6. `mpiexec -n 1` and a plain run print the same losses bit for bit (one engine), and a
+#      layout flag on one process is refused in one line.
 # Usage: train_parallel_test.sh <tessera> <mpiexec> <numproc flag> <scratch dir>
 set -euo pipefail
 tessera=$1 mpiexec=$2 np=$3 dir=$4
@@ -50,6 +52,28 @@ val=(--val-data "$dir/data/data_val_*.bin" --eval-every 2 --eval-batches 3)
 
 "$mpiexec" "$np" 1 "$tessera" train "${common[@]}" "${val[@]}" --max-steps 4 --run-dir "$dir/ref" \
   >"$dir/ref.log"
+
+# One training engine: `mpiexec -n 1` and a plain run are the same run, bit for bit (every
+# logged loss, norm and validation loss printed alike).
+"$tessera" train "${common[@]}" "${val[@]}" --max-steps 4 --run-dir "$dir/plain" >"$dir/plain.log"
+for field in loss grad_norm val_loss; do
+  [ "$(losses "$dir/ref" $field)" = "$(losses "$dir/plain" $field)" ] ||
+    fail "mpiexec -n 1 and a plain run differ in $field: $(losses "$dir/ref" $field | tr '\n' ' ') vs $(losses "$dir/plain" $field | tr '\n' ' ')"
+done
+echo "mpiexec -n 1 and a plain run: losses, norms and validation losses bit-identical"
+
+# A layout flag on one process is refused in one line (exit 2), never ignored.
+for flag in "--zero 1" "--microbatches 2" "--schedule gpipe" "--virtual-stages 2" \
+            "--sequence-parallel"; do
+  set +e
+  "$tessera" train "${common[@]}" --max-steps 1 --run-dir "$dir/refused" $flag >/dev/null \
+    2>"$dir/refused.err"
+  code=$?
+  set -e
+  [ "$code" = 2 ] && [ "$(wc -l <"$dir/refused.err")" -eq 1 ] &&
+    grep -q "^tessera train: ${flag%% *} applies to a parallel layout" "$dir/refused.err" ||
+    fail "$flag on one process gave exit $code: $(cat "$dir/refused.err")"
+done
 
 "$mpiexec" "$np" 4 "$tessera" train "${common[@]}" "${val[@]}" --max-steps 4 --run-dir "$dir/dp2tp2" \
   --dp 2 --tp 2 --zero 2 --sequence-parallel >"$dir/dp2tp2.log"
