@@ -17,7 +17,26 @@ namespace {
 
 Device open_train_device(const std::string& name, int local_rank) {
   if (name == "cpu") return Device::cpu();
-  TESSERA_CHECK(name == "cuda", "train: --device must be cpu or cuda, got '", name, "'");
+  if (name == "cuda-sim") {
+    // The program registers the simulated backend (tessera::cuda::use_simulated_device(), in
+    // tessera::cuda_simulated): this layer only checks that it did.
+    bool simulated = false;
+    try {
+      simulated = backend_for(Device::cuda(0)).device().is_cuda();
+#if defined(TESSERA_HAS_CUDA)
+      simulated = simulated && cuda::device_is_simulated();
+#endif
+    } catch (const Error&) {
+    }
+    if (!simulated)
+      throw DeviceUnavailable(
+          "tessera train: --device cuda-sim: the simulated CUDA device is not registered in "
+          "this program (the tessera command registers it; a program of your own calls "
+          "tessera::cuda::use_simulated_device() from tessera::cuda_simulated first)");
+    return Device::cuda(0);
+  }
+  TESSERA_CHECK(name == "cuda", "train: --device must be cpu, cuda or cuda-sim, got '", name,
+                "'");
 #if defined(TESSERA_HAS_CUDA)
   // A program (a test) that registered the simulator over the GPU backend trains on it.
   if (cuda::device_is_simulated()) return Device::cuda(0);

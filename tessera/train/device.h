@@ -22,7 +22,9 @@ class DeviceUnavailable : public Error {
   using Error::Error;
 };
 
-// "cpu" or "cuda". cuda opens GPU local_rank mod the visible GPUs (one rank per GPU on a node:
+// "cpu", "cuda" or "cuda-sim". cuda-sim is Device::cuda(0) served by the kernel simulator,
+// which the program must have registered (tessera::cuda::use_simulated_device()). cuda opens
+// GPU local_rank mod the visible GPUs (one rank per GPU on a node:
 // see world.h's local_rank()) and returns it. Throws DeviceUnavailable with the message
 // "tessera train: --device cuda: no CUDA device (this build has no CUDA backend)", or
 // "(no GPU found)" in a GPU build on a machine without one.

@@ -150,8 +150,8 @@ void TrainOptions::validate() const {
                     : "");
   TESSERA_CHECK(resume == "auto" || resume == "never", "train: --resume must be auto or never, ",
                 "got '", resume, "'");
-  TESSERA_CHECK(device == "cpu" || device == "cuda", "train: --device must be cpu or cuda, got '",
-                device, "'");
+  TESSERA_CHECK(device == "cpu" || device == "cuda" || device == "cuda-sim",
+                "train: --device must be cpu, cuda or cuda-sim, got '", device, "'");
   TESSERA_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16",
                 "train: --precision must be fp32, bf16 or fp16, got '", precision, "'");
   TESSERA_CHECK(std::isfinite(loss_scale_init) && loss_scale_init >= 1,

@@ -56,7 +56,9 @@ struct TrainOptions {
   // Randomness and machine.
   uint64_t seed = 1337;              // data order and dropout masks
   int threads = 0;                   // 0: all cores
-  std::string device = "cpu";        // "cpu" or "cuda" (cuda:0; see train_device.h)
+  // "cpu", "cuda" (this rank's GPU; see device.h) or "cuda-sim" (the CUDA backend on the
+  // kernel simulator: the device path without a GPU, slowly; tiny models only)
+  std::string device = "cpu";
   std::string precision = "fp32";    // "fp32", "bf16" or "fp16" (nn/optim/mixed_precision.h)
   double loss_scale_init = 65536;    // fp16: the first dynamic loss scale
   int64_t loss_scale_window = 2000;  // fp16: clean steps before the loss scale doubles

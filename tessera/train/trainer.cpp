@@ -358,7 +358,8 @@ std::string Trainer::banner() const {
   if (world_->size() > 1) b << " per rank x " << world_->size() << " ranks";
   b << "\nlayout: " << engine_->describe() << "\n"
     << "MFU is against a peak of " << peak_text_ << "\n"
-    << "device: " << device_ << " | precision: " << precision_banner(o) << "\n";
+    << "device: " << device_ << (o.device == "cuda-sim" ? " (the kernel simulator)" : "")
+    << " | precision: " << precision_banner(o) << "\n";
   if (!resumed_from_.empty())
     b << "resuming from " << o.run_dir << "/checkpoints/" << resumed_from_ << "\n";
   if (!optimizer_note_.empty())

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
+#include "tessera/cuda/cuda.h"
 #include "tessera/train/device.h"
 #include "tessera/train/trainer.h"
 #include "tessera/train/world.h"
@@ -60,7 +61,10 @@ const std::map<std::string, std::string>& flag_help() {
       {"resume", "auto (continue from the run's latest checkpoint) or never"},
       {"seed", "seed of the data order and dropout masks"},
       {"threads", "CPU threads (0: all cores)"},
-      {"device", "cpu or cuda (cuda:0; needs a build with the CUDA backend and a GPU)"},
+      {"device",
+       "cpu, cuda (this rank's GPU: local rank mod the visible GPUs; needs the CUDA backend "
+       "and a GPU) or cuda-sim (the CUDA backend on the kernel simulator: the device path "
+       "without a GPU, slowly; tiny models only)"},
       {"precision",
        "fp32, bf16 (bf16 weights and activations, fp32 master weights and AdamW state) or fp16 "
        "(as bf16, with dynamic loss scaling)"},
@@ -137,6 +141,9 @@ void handle_sigint(int) {
 
 // Trains with `options` and prints the samples; returns the exit status.
 int run_training(const TrainOptions& options) {
+  // The simulated device: what `--device cuda-sim` trains on (the CUDA backend with every
+  // kernel in the CPU simulator), to try the device path on a machine without a GPU.
+  if (options.device == "cuda-sim") cuda::use_simulated_device();
   std::shared_ptr<parallel::Communicator> world = train::default_world();
   // Up to the first step every rank reads the same options and files, so a setup error is
   // the same on every rank: rank 0 reports it, the others only fail.
