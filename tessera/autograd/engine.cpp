@@ -7,6 +7,7 @@
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/elementwise.h"
 #include "tessera/core/ops/movement.h"
+#include "tessera/core/op_scope.h"
 
 namespace tessera::autograd {
 
@@ -160,7 +161,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 
     // A node no gradient reached contributes nothing; it only releases its dependants.
     std::vector<Tensor> out_grads;
-    if (any_grad) out_grads = node->backward(in);
+    if (any_grad) {
+      const OpScope scope(node->name(), "backward");
+      out_grads = node->backward(in);
+    }
     if (!retain_graph) node->release_saved();
 
     const auto& edges = node->next_edges();

@@ -1,10 +1,12 @@
 #include "tessera/core/allocator.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 
 #include "tessera/core/backend.h"
 #include "tessera/core/error.h"
+#include "tessera/core/op_scope.h"
 
 namespace tessera {
 
@@ -14,6 +16,31 @@ AllocatorStats Allocator::stats() const {
 
 void Allocator::reset_peak() {
   peak_.store(live_.load());
+}
+
+namespace {
+
+// "2097152 bytes (2.00 MiB)": the exact count, and a readable size in KiB, MiB or GiB.
+std::string bytes_text(int64_t bytes) {
+  const double b = double(bytes);
+  const int shift = b >= double(int64_t(1) << 30) ? 30 : b >= double(1 << 20) ? 20 : 10;
+  const char* unit = shift == 30 ? "GiB" : shift == 20 ? "MiB" : "KiB";
+  char buf[80];
+  std::snprintf(buf, sizeof buf, "%lld bytes (%.2f %s)", (long long)bytes,
+                b / double(int64_t(1) << shift), unit);
+  return buf;
+}
+
+}  // namespace
+
+void Allocator::throw_out_of_memory(size_t nbytes, const std::string& detail) const {
+  const AllocatorStats s = stats();
+  const std::string ops = OpScope::current();
+  throw OutOfMemory(str_cat("out of memory on ", device(), ops.empty() ? "" : " in " + ops,
+                            ": asked for ", bytes_text(int64_t(nbytes)), "; the allocator holds ",
+                            bytes_text(s.live_bytes), " live, ", bytes_text(s.reserved_bytes),
+                            " reserved, peak ", bytes_text(s.peak_bytes),
+                            detail.empty() ? "" : "; " + detail));
 }
 
 void Allocator::record_allocate(size_t nbytes) {
@@ -44,7 +71,6 @@ size_t CpuAllocator::round_size(size_t nbytes) {
 
 void* CpuAllocator::allocate(size_t nbytes) {
   size_t size = round_size(std::max<size_t>(nbytes, 1));
-  record_allocate(nbytes);
   if (size >= kCacheMinBytes) {
     // Exact-size reuse: a step re-requests exactly the sizes it freed, and exact matching
     // keeps the reserved counter honest without tracking per-block slack.
@@ -53,15 +79,14 @@ void* CpuAllocator::allocate(size_t nbytes) {
     if (it != free_blocks_.end()) {
       void* p = it->second;
       free_blocks_.erase(it);
+      record_allocate(nbytes);
       return p;
     }
   }
   void* p = std::aligned_alloc(kAlignment, size);
-  if (p == nullptr) {
-    record_deallocate(nbytes);
-    throw Error(str_cat("cpu allocator: out of memory allocating ", nbytes, " bytes (",
-                        stats().live_bytes, " bytes live)"));
-  }
+  // Counted only once granted, so that the error's live and peak bytes are what is held.
+  if (p == nullptr) throw_out_of_memory(nbytes, "the system refused the block");
+  record_allocate(nbytes);
   record_reserved(int64_t(size));
   return p;
 }

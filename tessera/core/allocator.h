@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "tessera/core/device.h"
+#include "tessera/core/error.h"
 
 namespace tessera {
 
@@ -20,6 +22,13 @@ struct AllocatorStats {
   int64_t peak_bytes = 0;
   int64_t reserved_bytes = 0;
   int64_t num_allocs = 0;  // allocate() calls since construction
+};
+
+// An allocation the device could not satisfy: the message names the device, the ops running
+// (OpScope), the bytes asked for and the allocator's live, reserved and peak bytes.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
 };
 
 class Allocator {
@@ -36,6 +45,8 @@ class Allocator {
   void reset_peak();
 
  protected:
+  // Throws OutOfMemory for a request of nbytes; `detail` adds what the device said.
+  [[noreturn]] void throw_out_of_memory(size_t nbytes, const std::string& detail) const;
   void record_allocate(size_t nbytes);
   void record_deallocate(size_t nbytes);
   void record_reserved(int64_t delta);

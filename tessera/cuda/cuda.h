@@ -20,6 +20,8 @@
 //
 // Only one CUDA backend serves DeviceType::cuda at a time: the last registered one.
 
+#include <cstddef>
+
 namespace tessera::cuda {
 
 // ---- tessera::cuda (GPU build) ----
@@ -50,5 +52,8 @@ bool device_is_simulated();
 // ---- tessera::cuda_simulated ----
 // Registers the simulated backend for DeviceType::cuda (one device, cuda:0). Idempotent.
 void use_simulated_device();
+// The simulated device's memory in bytes (0, the default: unlimited): an allocation past it
+// raises OutOfMemory as a full GPU does.
+void set_simulated_memory_limit(size_t bytes);
 
 }  // namespace tessera::cuda

@@ -6,10 +6,44 @@
 #include <cstdint>
 #include <vector>
 
+#include "tessera/core/op_scope.h"
 #include "tessera/tessera.h"
 
 namespace tessera {
 namespace {
+
+// Out of memory is one clear error: the device, the op, the bytes asked for and what the
+// allocator holds. 2^50 floats (4 PiB) is past any machine's memory, and Linux refuses such a
+// block outright rather than overcommitting it.
+TEST(Allocator, OutOfMemoryNamesTheOpTheBytesAndTheCounters) {
+  Allocator& cpu = allocator_for(Device::cpu());
+  const AllocatorStats before = cpu.stats();
+  const int64_t n = int64_t(1) << 50;
+  try {
+    Tensor huge = zeros({n}, DType::f32);
+    FAIL() << "a 4 PiB tensor was allocated";
+  } catch (const OutOfMemory& e) {
+    const std::string m = e.what();
+    for (const std::string part :
+         {std::string("out of memory on cpu in zeros"), str_cat("asked for ", 4 * n, " bytes"),
+          std::string(" live, "), std::string(" reserved, peak ")})
+      EXPECT_NE(m.find(part), std::string::npos) << "'" << part << "' not in: " << m;
+  }
+  // Nothing was counted for the refused block.
+  EXPECT_EQ(cpu.stats().live_bytes, before.live_bytes);
+  // The op of a backward pass is named with its phase.
+  Tensor x = ones({4});
+  x.set_requires_grad(true);
+  Tensor y = sum(mul(x, x));
+  {
+    const OpScope outer("my_step");
+    EXPECT_EQ(OpScope::current(), "my_step");
+    const OpScope inner("matmul", "backward");
+    EXPECT_EQ(OpScope::current(), "my_step > matmul (backward)");
+  }
+  EXPECT_EQ(OpScope::current(), "");
+  y.backward();
+}
 
 TEST(Allocator, CountsLivePeakAndAllocations) {
   CpuAllocator alloc;  // a private instance: no other test's tensors in its counters

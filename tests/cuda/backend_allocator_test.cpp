@@ -2,6 +2,8 @@
 // not cache, so there reserved follows used exactly (backend/runtime_sim.cpp); the GPU's pool
 // keeps freed blocks, so there reserved only bounds used from above.
 
+#include <iostream>
+
 #include "tessera/core/allocator.h"
 #include "tessera/cuda/backend/cuda_backend.h"
 #include "tests/cuda/backend_test_util.h"
@@ -41,6 +43,33 @@ TEST_F(BackendAllocator, LivePeakReservedFollowTensors) {
   EXPECT_EQ(end.peak_bytes, before.live_bytes + 4140);
   alloc.reset_peak();
   EXPECT_EQ(alloc.stats().peak_bytes, before.live_bytes);
+}
+
+// A device out of memory is OutOfMemory naming the device, the op, the bytes and the counters:
+// past a 1 MiB limit on the simulated device, past the whole GPU (2^48 floats, 1 PiB) on one.
+TEST_F(BackendAllocator, OutOfMemoryNamesTheOpTheBytesAndTheCounters) {
+  const bool gpu_run = cuda_test_on_gpu();
+  if (!gpu_run) set_simulated_memory_limit(size_t(1) << 20);
+  const int64_t n = gpu_run ? int64_t(1) << 48 : int64_t(1) << 19;
+  Allocator& alloc = allocator_for(Device::cuda());
+  const int64_t live = alloc.stats().live_bytes;
+  std::string message;
+  try {
+    Tensor a = ones({8}, DType::f32, Device::cuda());
+    Tensor huge = zeros({n}, DType::f32, Device::cuda());
+  } catch (const OutOfMemory& e) {
+    message = e.what();
+  }
+  if (!gpu_run) set_simulated_memory_limit(0);
+  ASSERT_FALSE(message.empty()) << "no OutOfMemory for " << 4 * n << " bytes";
+  std::cout << "[ out of memory ] " << message << "\n";
+  for (const std::string part :
+       {std::string("out of memory on cuda:0 in zeros"), str_cat("asked for ", 4 * n, " bytes"),
+        std::string(" live, "), std::string(" reserved, peak "), std::string("the device has ")})
+    EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
+  EXPECT_EQ(alloc.stats().live_bytes, live);
+  // The device works on after it.
+  EXPECT_EQ(to_cpu(ones({1}, DType::f32, Device::cuda())).item<float>(), 1.0f);
 }
 
 TEST_F(BackendAllocator, ZeroByteTensorsHaveStorage) {

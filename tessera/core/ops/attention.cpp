@@ -14,6 +14,7 @@
 
 #include <cmath>
 
+#include "tessera/core/op_scope.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/core/ops/op_utils.h"
@@ -78,6 +79,7 @@ double resolve_scale(double scale, int64_t D) {
 }  // namespace
 
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+  const OpScope scope("attention_forward");
   const char* op = "attention";
   AttentionDims d = check_attention(op, q, k, v);
   AttentionOutput r;
@@ -92,6 +94,7 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
 AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& out, const Tensor& lse, const Tensor& gout,
                                   double scale) {
+  const OpScope scope("attention_backward");
   const char* op = "attention backward";
   AttentionDims d = check_attention(op, q, k, v);
   check_defined(op, out, "out");
@@ -121,6 +124,7 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
 }
 
 Tensor rope(const Tensor& x, int64_t pos_offset, double theta, bool inverse) {
+  const OpScope scope("rope");
   const char* op = inverse ? "rope (inverse)" : "rope";
   check_defined(op, x);
   detail::check_floating(op, x);

@@ -2,12 +2,14 @@
 
 #include <cmath>
 
+#include "tessera/core/op_scope.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/core/ops/op_utils.h"
 
 namespace tessera {
 
 Tensor empty(const Shape& shape, DType dtype, Device device) {
+  const OpScope scope("empty");
   for (int64_t d : shape) TESSERA_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
   size_t nbytes = size_t(shape.numel()) * dtype_size(dtype);
   auto storage = std::make_shared<Storage>(nbytes, device);
@@ -20,12 +22,14 @@ Tensor empty_like(const Tensor& t) {
 }
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
+  const OpScope scope("full");
   Tensor t = empty(shape, dtype, device);
   if (t.numel() > 0) backend_for(device).fill(t, value);
   return t;
 }
 
 Tensor zeros(const Shape& shape, DType dtype, Device device) {
+  const OpScope scope("zeros");
   return full(shape, 0.0, dtype, device);
 }
 
@@ -35,6 +39,7 @@ Tensor zeros_like(const Tensor& t) {
 }
 
 Tensor ones(const Shape& shape, DType dtype, Device device) {
+  const OpScope scope("ones");
   return full(shape, 1.0, dtype, device);
 }
 
@@ -48,6 +53,7 @@ Tensor scalar_tensor(double value, DType dtype, Device device) {
 }
 
 Tensor arange(double start, double end, double step, DType dtype, Device device) {
+  const OpScope scope("arange");
   TESSERA_CHECK(step != 0.0 && std::isfinite(step) && std::isfinite(start) && std::isfinite(end),
                 "arange: invalid range start=", start, " end=", end, " step=", step);
   double count = std::ceil((end - start) / step);
@@ -58,10 +64,12 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
 }
 
 Tensor arange(int64_t end, DType dtype, Device device) {
+  const OpScope scope("arange");
   return arange(0.0, double(end), 1.0, dtype, device);
 }
 
 Tensor rand(const Shape& shape, Generator& gen, DType dtype, Device device, double lo, double hi) {
+  const OpScope scope("rand");
   TESSERA_CHECK(is_floating(dtype), "rand: dtype must be floating, got ", dtype_name(dtype));
   TESSERA_CHECK(lo < hi, "rand: expected lo < hi, got [", lo, ", ", hi, ")");
   Tensor t = empty(shape, dtype, device);
@@ -72,6 +80,7 @@ Tensor rand(const Shape& shape, Generator& gen, DType dtype, Device device, doub
 
 Tensor randn(const Shape& shape, Generator& gen, DType dtype, Device device, double mean,
              double std) {
+  const OpScope scope("randn");
   TESSERA_CHECK(is_floating(dtype), "randn: dtype must be floating, got ", dtype_name(dtype));
   TESSERA_CHECK(std >= 0, "randn: std must be non-negative, got ", std);
   Tensor t = empty(shape, dtype, device);

@@ -1,5 +1,6 @@
 #include "tessera/core/ops/elementwise.h"
 
+#include "tessera/core/op_scope.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/core/ops/op_utils.h"
@@ -25,15 +26,19 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  const OpScope scope("add");
   return binary(BinaryOp::add, a, b);
 }
 Tensor sub(const Tensor& a, const Tensor& b) {
+  const OpScope scope("sub");
   return binary(BinaryOp::sub, a, b);
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
+  const OpScope scope("mul");
   return binary(BinaryOp::mul, a, b);
 }
 Tensor div(const Tensor& a, const Tensor& b) {
+  const OpScope scope("div");
   return binary(BinaryOp::div, a, b);
 }
 
@@ -45,15 +50,19 @@ Tensor scalar_like(const Tensor& a, double value, const char* op) {
 }  // namespace
 
 Tensor add(const Tensor& a, double b) {
+  const OpScope scope("add");
   return add(a, scalar_like(a, b, "add"));
 }
 Tensor sub(const Tensor& a, double b) {
+  const OpScope scope("sub");
   return sub(a, scalar_like(a, b, "sub"));
 }
 Tensor mul(const Tensor& a, double b) {
+  const OpScope scope("mul");
   return mul(a, scalar_like(a, b, "mul"));
 }
 Tensor div(const Tensor& a, double b) {
+  const OpScope scope("div");
   return div(a, scalar_like(a, b, "div"));
 }
 
@@ -67,38 +76,49 @@ Tensor unary(UnaryOp op, const Tensor& x, double scalar) {
 }
 
 Tensor neg(const Tensor& x) {
+  const OpScope scope("neg");
   return unary(UnaryOp::neg, x);
 }
 Tensor exp(const Tensor& x) {
+  const OpScope scope("exp");
   return unary(UnaryOp::exp, x);
 }
 Tensor log(const Tensor& x) {
+  const OpScope scope("log");
   return unary(UnaryOp::log, x);
 }
 Tensor sqrt(const Tensor& x) {
+  const OpScope scope("sqrt");
   return unary(UnaryOp::sqrt, x);
 }
 Tensor rsqrt(const Tensor& x) {
+  const OpScope scope("rsqrt");
   return unary(UnaryOp::rsqrt, x);
 }
 Tensor tanh(const Tensor& x) {
+  const OpScope scope("tanh");
   return unary(UnaryOp::tanh, x);
 }
 Tensor pow(const Tensor& x, double exponent) {
+  const OpScope scope("pow");
   return unary(UnaryOp::pow_scalar, x, exponent);
 }
 Tensor gelu(const Tensor& x) {
+  const OpScope scope("gelu");
   return unary(UnaryOp::gelu, x);
 }
 Tensor silu(const Tensor& x) {
+  const OpScope scope("silu");
   return unary(UnaryOp::silu, x);
 }
 Tensor relu(const Tensor& x) {
+  const OpScope scope("relu");
   return unary(UnaryOp::relu, x);
 }
 
 Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& gy,
                       double scalar) {
+  const OpScope scope("unary_backward");
   const char* name = unary_op_name(op);
   check_defined(name, x);
   check_defined(name, gy, "gradient");
@@ -118,6 +138,7 @@ Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  const OpScope scope("where");
   check_defined("where", cond, "condition");
   check_defined("where", a, "first input");
   check_defined("where", b, "second input");

@@ -1,5 +1,6 @@
 #include "tessera/core/ops/embedding.h"
 
+#include "tessera/core/op_scope.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/core/ops/op_utils.h"
@@ -42,6 +43,7 @@ Shape rows_shape(const Tensor& ids, int64_t c) {
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  const OpScope scope("embedding");
   check_defined("embedding", weight, "weight");
   detail::check_floating("embedding", weight, "weight");
   TESSERA_CHECK(weight.dim() == 2, "embedding: weight must be 2-d [num_embeddings, dim], got ",
@@ -61,6 +63,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 }
 
 Tensor embedding_backward(const Tensor& ids, const Tensor& gy, int64_t num_embeddings) {
+  const OpScope scope("embedding_backward");
   const char* op = "embedding_backward";
   Tensor flat = flat_ids(op, ids);
   check_defined(op, gy, "gradient");

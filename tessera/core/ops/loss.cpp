@@ -1,5 +1,6 @@
 #include "tessera/core/ops/loss.h"
 
+#include "tessera/core/op_scope.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/core/ops/op_utils.h"
@@ -71,6 +72,7 @@ Tensor check_scalar(const char* op, const Tensor& t, DType dtype, const char* wh
 
 CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                          int64_t ignore_index, int64_t num_classes) {
+  const OpScope scope("cross_entropy_forward");
   Flat f = flatten_inputs("cross_entropy", logits, targets, num_classes);
   const DType sd = stats_dtype(logits.dtype());
   const int64_t n = f.logits.shape()[0];
@@ -91,6 +93,7 @@ CrossEntropyOutput cross_entropy_forward(const Tensor& logits, const Tensor& tar
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               const Tensor& valid, const Tensor& gloss, int64_t ignore_index,
                               int64_t num_classes) {
+  const OpScope scope("cross_entropy_backward");
   const char* op = "cross_entropy_backward";
   Flat f = flatten_inputs(op, logits, targets, num_classes);
   const DType sd = stats_dtype(logits.dtype());

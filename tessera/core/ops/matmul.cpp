@@ -15,6 +15,7 @@
 
 #include <optional>
 
+#include "tessera/core/op_scope.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/elementwise.h"
 #include "tessera/core/ops/movement.h"
@@ -244,6 +245,7 @@ Problem plan(const char* op, const Tensor& a, const Tensor& b, bool trans_a, boo
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& bias) {
+  const OpScope scope("matmul");
   Problem p = plan("matmul", a, b, trans_a, trans_b, bias, Tensor());
   Tensor out = empty(p.result_shape, p.work_dtype, a.device());
   if (out.numel() > 0) {
@@ -263,6 +265,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, cons
 
 MatmulGelu matmul_gelu(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                        const Tensor& bias) {
+  const OpScope scope("matmul_gelu");
   Problem p = plan("matmul_gelu", a, b, trans_a, trans_b, bias, Tensor());
   if (p.dtype != p.work_dtype || p.k == 0 || p.result_shape.numel() == 0) {
     // A 16-bit GEMM on the CPU runs in f32 and its result is rounded: GELU then reads the
@@ -278,6 +281,7 @@ MatmulGelu matmul_gelu(const Tensor& a, const Tensor& b, bool trans_a, bool tran
 
 void matmul_out(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                 float alpha, float beta) {
+  const OpScope scope("matmul_out");
   check_defined("matmul_out", out, "out");
   Problem p = plan("matmul_out", a, b, trans_a, trans_b, Tensor(), out);
   if (out.numel() == 0) return;

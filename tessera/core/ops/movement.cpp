@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "tessera/core/op_scope.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/op_utils.h"
 
@@ -234,6 +235,7 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
 }
 
 Tensor clone(const Tensor& x) {
+  const OpScope scope("clone");
   check_defined("clone", x);
   Tensor out = empty(x.shape(), x.dtype(), x.device());
   if (x.numel() > 0) backend(x).copy(x, out);
@@ -241,11 +243,13 @@ Tensor clone(const Tensor& x) {
 }
 
 Tensor contiguous(const Tensor& x) {
+  const OpScope scope("contiguous");
   check_defined("contiguous", x);
   return x.is_contiguous() ? x : clone(x);
 }
 
 Tensor cast(const Tensor& x, DType dtype) {
+  const OpScope scope("cast");
   check_defined("cast", x);
   if (x.dtype() == dtype) return x;
   Tensor out = empty(x.shape(), dtype, x.device());
@@ -254,6 +258,7 @@ Tensor cast(const Tensor& x, DType dtype) {
 }
 
 Tensor to(const Tensor& x, Device device) {
+  const OpScope scope("to");
   check_defined("to", x);
   if (x.device() == device) return x;
   Tensor src = contiguous(x);
@@ -266,6 +271,7 @@ Tensor to(const Tensor& x, Device device) {
 }
 
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
+  const OpScope scope("cat");
   TESSERA_CHECK(!xs.empty(), "cat: expected at least one tensor");
   for (const Tensor& t : xs) check_defined("cat", t);
   const Tensor& first = xs[0];
@@ -297,6 +303,7 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim) {
+  const OpScope scope("split");
   check_defined("split", x);
   TESSERA_CHECK(size > 0, "split: piece size must be positive, got ", size);
   int d = wrap_dim(dim, x.dim(), "split");
@@ -307,6 +314,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  const OpScope scope("split");
   check_defined("split", x);
   int d = wrap_dim(dim, x.dim(), "split");
   int64_t total = 0;
@@ -326,6 +334,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 }
 
 void copy_(const Tensor& dst, const Tensor& src) {
+  const OpScope scope("copy_");
   check_defined("copy_", dst, "destination");
   check_defined("copy_", src, "source");
   Tensor s = src;

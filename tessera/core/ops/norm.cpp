@@ -1,5 +1,6 @@
 #include "tessera/core/ops/norm.h"
 
+#include "tessera/core/op_scope.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/core/ops/op_utils.h"
@@ -73,6 +74,7 @@ NormGrads alloc_grads(const Tensor& x, bool need_gw, bool need_gb) {
 
 LayerNormOutput layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                   double eps) {
+  const OpScope scope("layernorm_forward");
   check_input("layernorm", x);
   Tensor w = check_param("layernorm", weight, x, "weight");
   Tensor b = bias.defined() ? check_param("layernorm", bias, x, "bias") : Tensor();
@@ -89,6 +91,7 @@ LayerNormOutput layernorm_forward(const Tensor& x, const Tensor& weight, const T
 
 NormGrads layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
                              const Tensor& rstd, const Tensor& gy, bool need_gw, bool need_gb) {
+  const OpScope scope("layernorm_backward");
   const char* op = "layernorm_backward";
   check_input(op, x);
   Tensor w = check_param(op, weight, x, "weight");
@@ -105,6 +108,7 @@ NormGrads layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor
 }
 
 RMSNormOutput rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps) {
+  const OpScope scope("rmsnorm_forward");
   check_input("rmsnorm", x);
   Tensor w = check_param("rmsnorm", weight, x, "weight");
   TESSERA_CHECK(eps >= 0, "rmsnorm: eps must be >= 0, got ", eps);
@@ -118,6 +122,7 @@ RMSNormOutput rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps)
 
 NormGrads rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
                            const Tensor& gy, bool need_gw) {
+  const OpScope scope("rmsnorm_backward");
   const char* op = "rmsnorm_backward";
   check_input(op, x);
   Tensor w = check_param(op, weight, x, "weight");

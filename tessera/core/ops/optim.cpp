@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "tessera/core/op_scope.h"
 #include "tessera/core/ops/op_utils.h"
 
 namespace tessera::ops {
@@ -22,6 +23,7 @@ void check_disjoint(const Tensor& a, const char* an, const Tensor& b, const char
 
 void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                  const AdamWArgs& args, const Tensor& rounded) {
+  const OpScope scope("adamw_step_");
   const char* op = "adamw";
   const Tensor* all[] = {&param, &grad, &m, &v, &rounded};
   const char* names[] = {"param", "grad", "m", "v", "rounded"};

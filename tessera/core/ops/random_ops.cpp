@@ -1,5 +1,6 @@
 #include "tessera/core/ops/random_ops.h"
 
+#include "tessera/core/op_scope.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/core/ops/op_utils.h"
@@ -7,6 +8,7 @@
 namespace tessera::ops {
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+  const OpScope scope("dropout");
   detail::check_defined("dropout", x);
   detail::check_floating("dropout", x);
   // Written so that NaN fails too.

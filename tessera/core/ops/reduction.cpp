@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "tessera/core/op_scope.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/core/ops/op_utils.h"
@@ -100,14 +101,17 @@ Tensor reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, bo
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  const OpScope scope("sum");
   return reduce(ReduceOp::sum, x, dims, keepdim, nullptr);
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  const OpScope scope("mean");
   return reduce(ReduceOp::mean, x, dims, keepdim, nullptr);
 }
 
 MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {
+  const OpScope scope("max");
   check_defined("max", x);
   MaxResult r;
   r.values = reduce(ReduceOp::max, x, {dim}, keepdim, &r.indices);
@@ -116,6 +120,7 @@ MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {
 
 Tensor max_backward(const Tensor& indices, const Tensor& gy, const Shape& input_shape, int64_t dim,
                     bool keepdim) {
+  const OpScope scope("max_backward");
   check_defined("max_backward", indices, "indices");
   check_defined("max_backward", gy, "gradient");
   int d = wrap_dim(dim, input_shape.size(), "max_backward");
@@ -182,13 +187,16 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim) {
+  const OpScope scope("softmax");
   return softmax_impl(x, dim, false);
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  const OpScope scope("log_softmax");
   return softmax_impl(x, dim, true);
 }
 
 Tensor softmax_backward(const Tensor& y, const Tensor& gy, int64_t dim, bool log) {
+  const OpScope scope("softmax_backward");
   const char* name = log ? "log_softmax_backward" : "softmax_backward";
   check_defined(name, y, "output");
   check_defined(name, gy, "gradient");
@@ -207,6 +215,7 @@ Tensor softmax_backward(const Tensor& y, const Tensor& gy, int64_t dim, bool log
 }
 
 Tensor squared_norm(const std::vector<Tensor>& xs) {
+  const OpScope scope("squared_norm");
   TESSERA_CHECK(!xs.empty(), "squared_norm: expected at least one tensor");
   std::vector<Tensor> dense;
   for (size_t i = 0; i < xs.size(); ++i) {

@@ -11,6 +11,12 @@ void* CudaAllocator::allocate(size_t nbytes) {
   // A zero-byte tensor still gets a distinct block, so that its storage has an address.
   void* p = runtime::malloc_async(std::max<size_t>(nbytes, 1), context_.index(),
                                   context_.compute_stream());
+  if (p == nullptr) {
+    update_reserved();
+    throw_out_of_memory(nbytes, str_cat("the device has ",
+                                        runtime::device_properties(context_.index()).total_memory,
+                                        " bytes"));
+  }
   record_allocate(nbytes);
   update_reserved();
   return p;

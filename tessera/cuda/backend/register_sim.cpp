@@ -1,6 +1,7 @@
 // Registration of the simulated backend (tessera/cuda/cuda.h).
 
 #include "tessera/cuda/backend/cuda_backend.h"
+#include "tessera/cuda/backend/runtime.h"
 #include "tessera/cuda/cuda.h"
 
 namespace tessera::cuda {
@@ -10,6 +11,10 @@ void use_simulated_device() {
   // their allocator.
   static CudaBackend* backend = new CudaBackend(0);
   register_backend(DeviceType::cuda, backend);
+}
+
+void set_simulated_memory_limit(size_t bytes) {
+  runtime::set_memory_limit(bytes);
 }
 
 }  // namespace tessera::cuda

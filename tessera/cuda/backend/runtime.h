@@ -41,6 +41,9 @@ namespace runtime {
 
 // Visible devices; 0 (never an error) when there is no driver or no GPU.
 int device_count();
+// The simulated runtime only: the device's memory in bytes (0: unlimited), so that tests can
+// run a device out of memory.
+void set_memory_limit(size_t bytes);
 DeviceProperties device_properties(int device);
 // Makes `device` current on the calling host thread (CUDA's current device is per thread).
 void set_device(int device);
@@ -48,6 +51,8 @@ void set_device(int device);
 // The device's default memory pool: allocations are cached after free (release threshold at
 // its maximum) so that a training step's frees feed the next step's allocations.
 void configure_pool(int device);
+// nullptr when the device has no memory left for it (the caller raises OutOfMemory); any other
+// failure throws.
 void* malloc_async(size_t bytes, int device, cudaStream_t stream);
 void free_async(void* p, cudaStream_t stream);
 PoolUsage pool_usage(int device);

@@ -76,7 +76,12 @@ void configure_pool(int device) {
 
 void* malloc_async(size_t bytes, int device, cudaStream_t stream) {
   void* p = nullptr;
-  TESSERA_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes, default_pool(device), stream));
+  const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, default_pool(device), stream);
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky: clear it, and let the allocator say what failed
+    return nullptr;
+  }
+  TESSERA_CUDA_CHECK(status);
   return p;
 }
 

@@ -27,6 +27,7 @@ std::unordered_map<void*, size_t>& pool_blocks() {
   return *blocks;
 }
 int64_t g_pool_bytes = 0;  // guarded by g_mutex
+std::atomic<size_t> g_memory_limit{0};  // 0: none (set_simulated_memory_limit)
 std::atomic<uintptr_t> g_next_stream{1};
 
 void check_device(int device, const char* call) {
@@ -39,6 +40,10 @@ int device_count() {
   return 1;
 }
 
+void set_memory_limit(size_t bytes) {
+  g_memory_limit.store(bytes);
+}
+
 DeviceProperties device_properties(int device) {
   check_device(device, "device_properties");
   DeviceProperties p;
@@ -46,7 +51,7 @@ DeviceProperties device_properties(int device) {
   p.major = 9;
   p.minor = 0;
   p.multiprocessors = 1;
-  p.total_memory = 0;
+  p.total_memory = g_memory_limit.load();
   p.simulated = true;
   return p;
 }
@@ -61,6 +66,11 @@ void configure_pool(int device) {
 
 void* malloc_async(size_t bytes, int device, cudaStream_t /*stream*/) {
   check_device(device, "malloc_async");
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    const size_t limit = g_memory_limit.load();
+    if (limit > 0 && size_t(g_pool_bytes) + bytes > limit) return nullptr;
+  }
   void* p = sim::device_malloc(bytes, "cuda allocator block");
   std::lock_guard<std::mutex> lock(g_mutex);
   pool_blocks().emplace(p, bytes);
