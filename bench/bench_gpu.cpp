@@ -228,7 +228,12 @@ BENCHMARK(BM_GeluBf16)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SoftmaxF32)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CrossEntropyForwardBackwardBf16)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AdamWF32)->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_AdamWF32ToBf16)->ArgName("stochastic")->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AdamWF32ToBf16)
+    ->ArgName("stochastic")
+    ->Arg(0)
+    ->Arg(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AttentionForwardBf16)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -4,10 +4,10 @@
 #include <unordered_map>
 
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/core/op_scope.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/elementwise.h"
 #include "tessera/core/ops/movement.h"
-#include "tessera/core/op_scope.h"
 
 namespace tessera::autograd {
 

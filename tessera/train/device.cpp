@@ -35,8 +35,7 @@ Device open_train_device(const std::string& name, int local_rank) {
           "tessera::cuda::use_simulated_device() from tessera::cuda_simulated first)");
     return Device::cuda(0);
   }
-  TESSERA_CHECK(name == "cuda", "train: --device must be cpu, cuda or cuda-sim, got '", name,
-                "'");
+  TESSERA_CHECK(name == "cuda", "train: --device must be cpu, cuda or cuda-sim, got '", name, "'");
 #if defined(TESSERA_HAS_CUDA)
   // A program (a test) that registered the simulator over the GPU backend trains on it.
   if (cuda::device_is_simulated()) return Device::cuda(0);

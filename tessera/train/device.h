@@ -1,8 +1,8 @@
 #pragma once
 // The device `tessera train --device` runs on, and moving a model there.
 //
-// cpu always exists. cuda means this rank's GPU of the CUDA backend (tessera/cuda/cuda.h). In a build
-// with the GPU backend (TESSERA_HAS_CUDA) it is opened here, and a machine without a GPU is
+// cpu always exists. cuda means this rank's GPU of the CUDA backend (tessera/cuda/cuda.h). In a
+// build with the GPU backend (TESSERA_HAS_CUDA) it is opened here, and a machine without a GPU is
 // refused, unless the program registered the simulator over it (use_simulated_device(), in
 // tests). In a build without it, cuda works only where the program registered a backend for
 // the device type itself (tessera::cuda::use_simulated_device(), in tests); otherwise it is

@@ -73,12 +73,9 @@ const nn::DynamicLossScaler* LayoutEngine::scaler() const {
 
 nlohmann::json LayoutEngine::layout_json() const {
   const parallel::ParallelConfig& pc = trainer_.config();
-  return {{"dp", pc.mesh.dp},
-          {"tp", pc.mesh.tp},
-          {"pp", pc.mesh.pp},
-          {"virtual_stages", pc.virtual_stages},
-          {"zero", pc.zero_stage},
-          {"layout", pc.describe()}};
+  return {{"dp", pc.mesh.dp},      {"tp", pc.mesh.tp},
+          {"pp", pc.mesh.pp},      {"virtual_stages", pc.virtual_stages},
+          {"zero", pc.zero_stage}, {"layout", pc.describe()}};
 }
 
 }  // namespace tessera::train

@@ -42,9 +42,9 @@ ModuleEngine::ModuleEngine(std::shared_ptr<parallel::Communicator> world, Module
                 nn::precision_name(config_.precision),
                 mixed ? " needs the model in its compute dtype (ModuleParts::compute)"
                       : " trains the master itself; ModuleParts::compute must be null");
-  precision_ = std::make_unique<nn::MixedPrecision>(
-      config_.precision, parts_.master->named_parameters(), net().named_parameters(),
-      config_.loss_scaler);
+  precision_ =
+      std::make_unique<nn::MixedPrecision>(config_.precision, parts_.master->named_parameters(),
+                                           net().named_parameters(), config_.loss_scaler);
   if (config_.stochastic_rounding) precision_->set_stochastic_rounding(config_.rounding_seed);
 }
 
@@ -60,18 +60,18 @@ EngineStep ModuleEngine::step(const Tensor& inputs, const Tensor& targets) {
   EngineStep out;
   out.lr = config_.lr_schedule.lr(step_);
   parts_.optimizer->set_lr(out.lr);
-  const std::vector<double> weights = parallel::micro_batch_weights(
-      targets, M, config_.ignore_index, *world_, Device::cpu());
+  const std::vector<double> weights =
+      parallel::micro_batch_weights(targets, M, config_.ignore_index, *world_, Device::cpu());
   Allocator& alloc = allocator_for(config_.device);
   const int64_t live_before = alloc.stats().live_bytes;
   alloc.reset_peak();
   const int64_t rows = inputs.size(0) / M;
   double loss_sum = 0;
   for (int m = 0; m < M; ++m) {
-    const Tensor x = ops::to(ops::contiguous(ops::narrow(inputs, 0, m * rows, rows)),
-                             config_.device);
-    const Tensor y = ops::to(ops::contiguous(ops::narrow(targets, 0, m * rows, rows)),
-                             config_.device);
+    const Tensor x =
+        ops::to(ops::contiguous(ops::narrow(inputs, 0, m * rows, rows)), config_.device);
+    const Tensor y =
+        ops::to(ops::contiguous(ops::narrow(targets, 0, m * rows, rows)), config_.device);
     Tensor loss = parts_.loss(net(), x, y, step_);
     // The micro-batch's weight (1 unless targets are ignored unevenly) and the 1 / M average.
     const double scale = weights[size_t(m)] / M;
@@ -114,10 +114,11 @@ EngineStep ModuleEngine::step(const Tensor& inputs, const Tensor& targets) {
 double ModuleEngine::evaluate(const Tensor& inputs, const Tensor& targets) {
   NoGradGuard no_grad;
   net().eval();
-  const std::vector<double> weights = parallel::micro_batch_weights(
-      targets, 1, config_.ignore_index, *world_, Device::cpu());
-  const double loss = parts_.loss(net(), ops::to(ops::contiguous(inputs), config_.device),
-                                  ops::to(ops::contiguous(targets), config_.device), step_)
+  const std::vector<double> weights =
+      parallel::micro_batch_weights(targets, 1, config_.ignore_index, *world_, Device::cpu());
+  const double loss = parts_
+                          .loss(net(), ops::to(ops::contiguous(inputs), config_.device),
+                                ops::to(ops::contiguous(targets), config_.device), step_)
                           .item<float>();
   net().train();
   return world_average(loss * weights[0]);

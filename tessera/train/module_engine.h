@@ -25,8 +25,8 @@ namespace tessera::train {
 
 // The mean loss of `model` on a micro-batch over its targets that are not ignore_index, at
 // optimizer step `step` (for dropout masks and the like).
-using LossFn = std::function<Tensor(nn::Module& model, const Tensor& inputs,
-                                    const Tensor& targets, int64_t step)>;
+using LossFn = std::function<Tensor(nn::Module& model, const Tensor& inputs, const Tensor& targets,
+                                    int64_t step)>;
 
 struct ModuleParts {
   std::shared_ptr<nn::Module> master;  // fp32: what the optimizer updates and checkpoints hold

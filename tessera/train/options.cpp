@@ -132,22 +132,22 @@ void TrainOptions::validate() const {
   positive(num_samples, "num-samples");
   TESSERA_CHECK(optimizer == "adamw" || optimizer == "sgd", "train: --optimizer must be adamw or ",
                 "sgd, got '", optimizer, "'");
-  TESSERA_CHECK(lr_schedule_kind == "cosine" || lr_schedule_kind == "wsd" ||
-                    lr_schedule_kind == "constant",
-                "train: --lr-schedule must be cosine, wsd or constant, got '", lr_schedule_kind,
-                "'");
+  TESSERA_CHECK(
+      lr_schedule_kind == "cosine" || lr_schedule_kind == "wsd" || lr_schedule_kind == "constant",
+      "train: --lr-schedule must be cosine, wsd or constant, got '", lr_schedule_kind, "'");
   positive(dp, "dp");
   positive(tp, "tp");
   positive(pp, "pp");
   TESSERA_CHECK(zero >= 0 && zero <= 3, "train: --zero must be 0, 1, 2 or 3, got ", zero);
   positive(microbatches, "microbatches");
   positive(virtual_stages, "virtual-stages");
-  TESSERA_CHECK(schedule == "gpipe" || schedule == "1f1b" || schedule == "interleaved",
-                "train: --schedule (the pipeline schedule) must be gpipe, 1f1b or interleaved, got '",
-                schedule, "'",
-                schedule == "cosine" || schedule == "wsd" || schedule == "constant"
-                    ? "; the learning-rate schedule is --lr-schedule"
-                    : "");
+  TESSERA_CHECK(
+      schedule == "gpipe" || schedule == "1f1b" || schedule == "interleaved",
+      "train: --schedule (the pipeline schedule) must be gpipe, 1f1b or interleaved, got '",
+      schedule, "'",
+      schedule == "cosine" || schedule == "wsd" || schedule == "constant"
+          ? "; the learning-rate schedule is --lr-schedule"
+          : "");
   TESSERA_CHECK(resume == "auto" || resume == "never", "train: --resume must be auto or never, ",
                 "got '", resume, "'");
   TESSERA_CHECK(device == "cpu" || device == "cuda" || device == "cuda-sim",

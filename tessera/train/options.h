@@ -54,8 +54,8 @@ struct TrainOptions {
   std::string resume = "auto";  // "auto": from the run's latest checkpoint if any; "never"
 
   // Randomness and machine.
-  uint64_t seed = 1337;              // data order and dropout masks
-  int threads = 0;                   // 0: all cores
+  uint64_t seed = 1337;  // data order and dropout masks
+  int threads = 0;       // 0: all cores
   // "cpu", "cuda" (this rank's GPU; see device.h) or "cuda-sim" (the CUDA backend on the
   // kernel simulator: the device path without a GPU, slowly; tiny models only)
   std::string device = "cpu";
@@ -68,11 +68,11 @@ struct TrainOptions {
   // Parallel layout (tessera/parallel/engine, docs/parallelism.md). All at 1 / 0 / off, in one
   // process: the single-process trainer. Otherwise run under mpiexec with dp * tp * pp ranks.
   int64_t dp = 1, tp = 1, pp = 1;
-  int64_t zero = 0;                        // ZeRO stage over the dp group, 0..3
-  int64_t microbatches = 1;                // M: pipeline micro-batches per dp rank and step
-  std::string schedule = "1f1b";           // pipeline: "gpipe", "1f1b" or "interleaved" (pp > 1)
-  int64_t virtual_stages = 1;              // V: model chunks per pipeline rank (interleaved)
-  bool sequence_parallel = false;          // under tp > 1
+  int64_t zero = 0;                // ZeRO stage over the dp group, 0..3
+  int64_t microbatches = 1;        // M: pipeline micro-batches per dp rank and step
+  std::string schedule = "1f1b";   // pipeline: "gpipe", "1f1b" or "interleaved" (pp > 1)
+  int64_t virtual_stages = 1;      // V: model chunks per pipeline rank (interleaved)
+  bool sequence_parallel = false;  // under tp > 1
 
   // Samples printed after training.
   int64_t sample_tokens = 0;

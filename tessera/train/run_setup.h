@@ -19,12 +19,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/train/options.h"
 #include "tessera/data/loader.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/nn/gpt.h"
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/nn/optim/optimizer.h"
+#include "tessera/train/options.h"
 
 namespace tessera::train {
 

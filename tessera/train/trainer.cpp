@@ -6,10 +6,10 @@
 #include <sstream>
 
 #include "tessera/core/allocator.h"
+#include "tessera/core/cpu/parallel.h"
 #include "tessera/core/file_io.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
-#include "tessera/core/cpu/parallel.h"
 #include "tessera/data/load_tokenizer.h"
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/nn/optim/adamw.h"
@@ -31,12 +31,12 @@ template <class... Parts>
 
 // The layout options a single process cannot use: each is named when set.
 void refuse_layout_flags_on_one_process(const TrainOptions& o) {
-  const char* flag = o.zero != 0                ? "--zero"
-                     : o.microbatches != 1      ? "--microbatches"
-                     : o.schedule != "1f1b"     ? "--schedule"
-                     : o.virtual_stages != 1    ? "--virtual-stages"
-                     : o.sequence_parallel      ? "--sequence-parallel"
-                                                : nullptr;
+  const char* flag = o.zero != 0             ? "--zero"
+                     : o.microbatches != 1   ? "--microbatches"
+                     : o.schedule != "1f1b"  ? "--schedule"
+                     : o.virtual_stages != 1 ? "--virtual-stages"
+                     : o.sequence_parallel   ? "--sequence-parallel"
+                                             : nullptr;
   if (flag != nullptr)
     refuse(flag, " applies to a parallel layout (--dp/--tp/--pp under mpiexec); this run is one ",
            "process (dp 1, tp 1, pp 1), where it cannot apply");
@@ -114,7 +114,8 @@ ModuleEngineConfig module_config(const TrainOptions& o, Device device) {
 void check_module_layout(const TrainOptions& o, int world_size, const char* why) {
   if (o.tp > 1 || o.pp > 1 || o.zero > 0)
     refuse(why, " trains on the data-parallel engine (ZeRO 0): --tp ", o.tp, " --pp ", o.pp,
-           " --zero ", o.zero, " need the GPT's parallel hooks and the sharded AdamW "
+           " --zero ", o.zero,
+           " need the GPT's parallel hooks and the sharded AdamW "
            "(--optimizer adamw)");
   if (o.dp != world_size)
     refuse("--dp ", o.dp, " does not match the ", world_size, " ranks (start it as mpiexec -n ",
@@ -131,9 +132,8 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<parallel::Communicator> w
   nn::StateDict imported;
   config_ = resolve_config(o, *tokenizer_, resume ? &*resume : nullptr, &imported);
   if (uses_layout_engine(o)) {
-    engine_ = std::make_unique<LayoutEngine>(world_, config_,
-                                             parallel_config(o, config_, world_->size(), device_),
-                                             o.seed);
+    engine_ = std::make_unique<LayoutEngine>(
+        world_, config_, parallel_config(o, config_, world_->size(), device_), o.seed);
   } else {
     check_module_layout(o, world_->size(),
                         o.optimizer == "sgd" ? "--optimizer sgd" : "--stochastic-rounding");
@@ -170,7 +170,8 @@ Trainer::Trainer(ModuleParts parts, TrainOptions options,
   init_common();
   check_module_layout(options_, world_->size(), "a model of the caller's own");
   config_ = options_.model_config();
-  engine_ = std::make_unique<ModuleEngine>(world_, std::move(parts), module_config(options_, device_));
+  engine_ =
+      std::make_unique<ModuleEngine>(world_, std::move(parts), module_config(options_, device_));
   build_loaders();
   if (std::optional<ResumePoint> resume = find_resume(options_)) resume_from(*resume);
   if (world_->rank() == 0)
@@ -200,7 +201,8 @@ void Trainer::init_common() {
     peak_text_ = "none stated: pass --peak-gflops (the GPU's dense peak) for MFU on cuda";
   } else {
     peak_gflops_ = cpu_peak_gflops(threads * world_->size(), &peak_text_);
-    if (world_->size() > 1) peak_text_ += str_cat(", the ", world_->size(), " ranks' threads together");
+    if (world_->size() > 1)
+      peak_text_ += str_cat(", the ", world_->size(), " ranks' threads together");
   }
 }
 
@@ -348,8 +350,8 @@ std::string Trainer::banner() const {
   b << "tessera train: resolved options\n" << o.to_json().dump(2) << "\n";
   if (!custom_model_) {
     b << "model: " << config_.to_json().dump() << "\n"
-      << "parameters: " << nn::GPT::count_parameters(config_) << " | tokens/step: "
-      << tokens_per_step << " | FLOPs/token: " << std::setprecision(4)
+      << "parameters: " << nn::GPT::count_parameters(config_)
+      << " | tokens/step: " << tokens_per_step << " | FLOPs/token: " << std::setprecision(4)
       << flops_per_token(config_, o.seq_len) / 1e6 << " M";
   } else {
     b << "model: the caller's | tokens/step: " << tokens_per_step;
@@ -373,8 +375,7 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
   FitResult result;
   result.start_step = step_;
   if (!resumed_from_.empty())
-    result.checkpoint =
-        (fs::path(nn::checkpoints_dir(o.run_dir)) / resumed_from_).string();
+    result.checkpoint = (fs::path(nn::checkpoints_dir(o.run_dir)) / resumed_from_).string();
   if (out != nullptr && rank0) *out << banner() << std::flush;
   std::optional<MetricsLog> log;
   if (rank0) log.emplace(metrics_path(o));
@@ -393,8 +394,8 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
     if (stopping && !done()) {
       result.interrupted = true;
       if (out != nullptr && rank0)
-        *out << "interrupted after step " << m.step << ": checkpoint saved to "
-             << result.checkpoint << "; run the same command to resume\n";
+        *out << "interrupted after step " << m.step << ": checkpoint saved to " << result.checkpoint
+             << "; run the same command to resume\n";
       break;
     }
   }

@@ -15,8 +15,8 @@
 #include "tessera/core/ops/elementwise.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/nn/optim/adamw.h"
-#include "tests/cuda/device_kernels.h"
 #include "tests/cuda/backend_test_util.h"
+#include "tests/cuda/device_kernels.h"
 #include "tests/cuda/kernel_compare.h"
 #include "tests/cuda/sim_test_util.h"
 
@@ -25,8 +25,8 @@ namespace {
 
 using testing::kernels;
 
-using testing::host_randn;
 using testing::device_copy_shifted;
+using testing::host_randn;
 using testing::to_host;
 
 // got (a device tensor) holds exactly ref's bytes; reports the first differing element.

@@ -25,10 +25,10 @@ namespace {
 
 using testing::kernels;
 
-using testing::expect_close;
-using testing::host_randn;
 using testing::device_copy_shifted;
 using testing::device_empty;
+using testing::expect_close;
+using testing::host_randn;
 using testing::to_host;
 
 struct AttnCase {
@@ -99,10 +99,9 @@ TEST_P(AttentionKernels, ForwardAndBackwardMatchTheCpu) {
 
   // The backward pass runs on the CPU's out and lse, so it is compared on its own.
   const Tensor dgq = device_like(qs, d, c.transposed);
-  const Tensor dgk = device_like(ks, d, c.transposed),
-               dgv = device_like(ks, d, c.transposed);
+  const Tensor dgk = device_like(ks, d, c.transposed), dgv = device_like(ks, d, c.transposed);
   kernels().attention_backward(dq, dk, dv, to_device(out_ref, c.transposed),
-                     device_copy_shifted(lse_ref, 0), dgo, scale, dgq, dgk, dgv);
+                               device_copy_shifted(lse_ref, 0), dgo, scale, dgq, dgk, dgv);
   expect_close(to_host(dgq), gq_ref, atol, rtol, "gq");
   expect_close(to_host(dgk), gk_ref, atol, rtol, "gk");
   expect_close(to_host(dgv), gv_ref, atol, rtol, "gv");
@@ -136,10 +135,10 @@ TEST(AttentionKernelsDeterminism, BackwardBitsDoNotDependOnTheSchedule) {
     const Tensor gq = device_empty(qs, DType::f32), gk = device_empty(ks, DType::f32),
                  gv = device_empty(ks, DType::f32);
     kernels().attention_backward(q, k, v, out, lse, go, 0.25, gq, gk, gv);
-    results.push_back(ops::cat({ops::reshape(to_host(gq), {qs.numel()}),
-                                ops::reshape(to_host(gk), {ks.numel()}),
-                                ops::reshape(to_host(gv), {ks.numel()})},
-                               0));
+    results.push_back(
+        ops::cat({ops::reshape(to_host(gq), {qs.numel()}), ops::reshape(to_host(gk), {ks.numel()}),
+                  ops::reshape(to_host(gv), {ks.numel()})},
+                 0));
   }
   expect_close(results[1], results[0], 0.0, 0.0, "gq, gk, gv under another schedule");
 }

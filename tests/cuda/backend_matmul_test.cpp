@@ -50,8 +50,8 @@ void check_case(Backend& gpu, bool ta, bool tb, bool with_bias, float beta, int6
   const Tensor da = DeviceCudaAccess::upload(a), db = DeviceCudaAccess::upload(b);
   const Tensor dbias = with_bias ? DeviceCudaAccess::upload(bias) : Tensor();
   // beta = 0 must not read out: it starts as NaN from a fresh allocation in that case.
-  Tensor dout = beta != 0.0f ? DeviceCudaAccess::upload(init)
-                             : empty({batch, kM, kN}, dtype, Device::cuda());
+  Tensor dout =
+      beta != 0.0f ? DeviceCudaAccess::upload(init) : empty({batch, kM, kN}, dtype, Device::cuda());
   gpu.matmul(da, batched(db), dbias, dout, args);
   expect_close(ops::to(dout, Device::cpu()), ref, atol, rtol, what);
 }

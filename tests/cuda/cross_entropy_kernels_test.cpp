@@ -21,10 +21,10 @@ namespace {
 
 using testing::kernels;
 
-using testing::expect_close;
-using testing::host_randn;
 using testing::device_copy_shifted;
 using testing::device_empty;
+using testing::expect_close;
+using testing::host_randn;
 using testing::to_host;
 
 constexpr int64_t kIgnore = -100;
@@ -77,11 +77,10 @@ TEST_P(CrossEntropyKernels, ForwardAndBackwardMatchTheCpu) {
   const Tensor dglogits_full = device_copy_shifted(empty({rows, vpad}, d), shift);
   const Tensor dglogits = ops::narrow(dglogits_full, 1, 0, v);
   kernels().cross_entropy_backward(dlogits, dtargets, device_copy_shifted(lse_ref, 0),
-                         device_copy_shifted(gloss, 0), device_copy_shifted(valid_ref, 0),
-                         kIgnore, dglogits);
+                                   device_copy_shifted(gloss, 0), device_copy_shifted(valid_ref, 0),
+                                   kIgnore, dglogits);
   const double rtol = d == DType::bf16 ? 1.0 / 128 : (d == DType::f64 ? 1e-12 : 1e-5);
-  expect_close(ops::narrow(to_host(dglogits_full), 1, 0, v), glogits_ref, 1e-9, rtol,
-               "glogits");
+  expect_close(ops::narrow(to_host(dglogits_full), 1, 0, v), glogits_ref, 1e-9, rtol, "glogits");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -104,7 +103,7 @@ TEST(CrossEntropyKernelsEdge, AllRowsIgnoredGiveZeroLossAndGradient) {
   EXPECT_EQ(to_host(dvalid).item<float>(), 0.0f);
   const Tensor dg = device_empty({rows, v}, DType::f32);
   kernels().cross_entropy_backward(dlogits, dtargets, dlse, device_copy_shifted(full({}, 1.0), 0),
-                         dvalid, kIgnore, dg);
+                                   dvalid, kIgnore, dg);
   expect_close(to_host(dg), zeros({rows, v}), 0.0, 0.0, "glogits of ignored rows");
 }
 
@@ -118,7 +117,7 @@ TEST(CrossEntropyKernelsEdge, InfiniteLogitsFollowTheCpu) {
   const Tensor dlse = device_empty({2}, DType::f32);
   const Tensor dloss = device_empty({}, DType::f32), dvalid = device_empty({}, DType::f32);
   kernels().cross_entropy_forward(device_copy_shifted(logits, 0), device_copy_shifted(targets, 0),
-                        kIgnore, dloss, dlse, dvalid);
+                                  kIgnore, dloss, dlse, dvalid);
   // Two finite terms in row 0: both sides compute log(1 + e^-1) + 2 to within f32 rounding.
   expect_close(to_host(dlse), lse, 1e-6, 0.0, "lse");
 }
@@ -129,7 +128,8 @@ TEST(CrossEntropyKernelsEdge, FloatTargetsAreAClearError) {
   testing::expect_error(
       [&] {
         kernels().cross_entropy_forward(x, t, kIgnore, device_empty({}, DType::f32),
-                              device_empty({2}, DType::f32), device_empty({}, DType::f32));
+                                        device_empty({2}, DType::f32),
+                                        device_empty({}, DType::f32));
       },
       {"cross_entropy", "f32[2]", "must be i32 or i64"});
 }

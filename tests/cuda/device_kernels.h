@@ -22,8 +22,8 @@ class DeviceKernels {
  public:
   virtual ~DeviceKernels() = default;
 
-  virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
-                          const Tensor& v, const Tensor& rounded, const AdamWArgs& args) = 0;
+  virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                          const Tensor& rounded, const AdamWArgs& args) = 0;
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                                  const Tensor& out, const Tensor& lse) = 0;
   virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -66,8 +66,7 @@ class DeviceKernels {
   virtual void rope(const Tensor& x, const Tensor& out, int64_t pos_offset, double theta,
                     bool inverse) = 0;
   virtual void softmax(const Tensor& x, const Tensor& out, bool log) = 0;
-  virtual void softmax_backward(const Tensor& y, const Tensor& gy, const Tensor& gx,
-                                bool log) = 0;
+  virtual void softmax_backward(const Tensor& y, const Tensor& gy, const Tensor& gx, bool log) = 0;
 };
 
 // The launchers of the device cuda_test_device() chose (it registers that device's backend).

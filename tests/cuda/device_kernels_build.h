@@ -85,8 +85,8 @@ class BuildKernels final : public DeviceKernels {
                        const Tensor& rstd) override {
     cuda::rmsnorm_forward(x, weight, eps, y, rstd, s_);
   }
-  void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                        const Tensor& gy, const Tensor& gx, const Tensor& gw) override {
+  void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& gy,
+                        const Tensor& gx, const Tensor& gw) override {
     cuda::rmsnorm_backward(x, weight, rstd, gy, gx, gw, s_);
   }
   void random_uniform(const Tensor& dst, double lo, double hi, uint64_t seed,

@@ -148,12 +148,13 @@ TEST_F(GptDeviceParity, Fp32AdamWStepsMatchPyTorch) {
 // embedding to a logit (per block: layernorm, attention's projections and product, the MLP's
 // two GEMMs and GELU, two residual adds), so independent roundings add up to about
 // sqrt(25) * 2^-9 = 1e-2 of the logits' scale and at worst 25 * 2^-9 = 5e-2: the bound is the
-// worst case (measured on the simulated device: 4.3e-3 to 4.7e-3). The loss is computed in fp32 from the bf16 logits, and
-// each log-softmax term moves by at most twice the largest logit error: the bound is 2 * 5e-2 *
-// max|logit| / loss, 1.2e-2 for this fixture (measured on the simulated device: 6.2e-5 to 6.5e-5, the errors of 23
-// positions averaging out). Gradients run the chain twice (forward values, then backward
-// products, all bf16): 2 * 5e-2 = 0.1 of each gradient's scale (measured on the simulated device: 1.2e-2 to 1.6e-2). A
-// missing term or a wrong formula moves these by O(1).
+// worst case (measured on the simulated device: 4.3e-3 to 4.7e-3). The loss is computed in fp32
+// from the bf16 logits, and each log-softmax term moves by at most twice the largest logit error:
+// the bound is 2 * 5e-2 * max|logit| / loss, 1.2e-2 for this fixture (measured on the simulated
+// device: 6.2e-5 to 6.5e-5, the errors of 23 positions averaging out). Gradients run the chain
+// twice (forward values, then backward products, all bf16): 2 * 5e-2 = 0.1 of each gradient's scale
+// (measured on the simulated device: 1.2e-2 to 1.6e-2). A missing term or a wrong formula moves
+// these by O(1).
 TEST_F(GptDeviceParity, Bf16LogitsLossAndGradientsMatchPyTorch) {
   const Errors e = check_one_pass(DType::bf16, kBf16Logits, bf16_loss_bound(), 2 * kBf16Logits);
   std::cout << std::setprecision(2) << "[ gpt parity ] " << device_ << " bf16: logits " << e.logits

@@ -1,8 +1,8 @@
 #pragma once
 // Kernel-vs-CPU test helpers: a Mirror is one random buffer held twice, on the host and in
-// device memory (tests/cuda/device_tensor.h), with a view of the same layout (shape, strides, offset) on
-// each. A test runs the CPU backend on the host view and a launcher on the device view, then
-// compares the WHOLE buffers: that checks the values and also that nothing outside the view
+// device memory (tests/cuda/device_tensor.h), with a view of the same layout (shape, strides,
+// offset) on each. A test runs the CPU backend on the host view and a launcher on the device view,
+// then compares the WHOLE buffers: that checks the values and also that nothing outside the view
 // was written.
 
 #include <gtest/gtest.h>

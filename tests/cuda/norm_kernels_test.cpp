@@ -19,10 +19,10 @@ namespace {
 
 using testing::kernels;
 
-using testing::expect_close;
-using testing::host_randn;
 using testing::device_copy_shifted;
 using testing::device_empty;
+using testing::expect_close;
+using testing::host_randn;
 using testing::to_host;
 
 // Tolerances by dtype. f32: the kernel and the CPU sum each row (n <= 333 terms of size O(1))
@@ -76,8 +76,7 @@ TEST_P(NormKernels, LayerNormForwardAndBackwardMatchTheCpu) {
   const Tensor dx = device_copy_shifted(x, shift()), dw = device_copy_shifted(w, shift()),
                db = device_copy_shifted(b, shift()), dgy = device_copy_shifted(gy, shift());
   const Tensor dy = device_copy_shifted(empty({R, N}, d), shift());
-  const Tensor dmean = device_empty({R}, stat_dtype(d)),
-               drstd = device_empty({R}, stat_dtype(d));
+  const Tensor dmean = device_empty({R}, stat_dtype(d)), drstd = device_empty({R}, stat_dtype(d));
   kernels().layernorm_forward(dx, dw, db, eps, dy, dmean, drstd);
   const Tol t = tolerance(d), s = sum_tolerance(d);
   expect_close(to_host(dy), y_ref, t.atol, t.rtol, "y");
@@ -88,7 +87,7 @@ TEST_P(NormKernels, LayerNormForwardAndBackwardMatchTheCpu) {
   const Tensor dgw = device_empty({N}, d), dgb = device_empty({N}, d);
   // The CPU's statistics, so that only the backward kernel is compared.
   kernels().layernorm_backward(dx, dw, device_copy_shifted(mean_ref, 0),
-                     device_copy_shifted(rstd_ref, 0), dgy, dgx, dgw, dgb);
+                               device_copy_shifted(rstd_ref, 0), dgy, dgx, dgw, dgb);
   expect_close(to_host(dgx), gx_ref, t.atol, t.rtol, "gx");
   expect_close(to_host(dgw), gw_ref, s.atol, s.rtol, "gw");
   expect_close(to_host(dgb), gb_ref, s.atol, s.rtol, "gb");
@@ -145,7 +144,8 @@ TEST(NormKernelsDeterminism, LayerNormBackwardBitsDoNotDependOnTheSchedule) {
   const Tensor dw = device_copy_shifted(host_randn({N}, DType::f32, 2), 0);
   const Tensor dgy = device_copy_shifted(host_randn({R, N}, DType::f32, 3), 0);
   const Tensor dmean = device_empty({R}, DType::f32), drstd = device_empty({R}, DType::f32);
-  kernels().layernorm_forward(dx, dw, Tensor(), 1e-5, device_empty({R, N}, DType::f32), dmean, drstd);
+  kernels().layernorm_forward(dx, dw, Tensor(), 1e-5, device_empty({R, N}, DType::f32), dmean,
+                              drstd);
   std::vector<Tensor> results;
   for (const auto& [schedule, threads] :
        {std::pair{sim::Schedule::kForward, 1}, std::pair{sim::Schedule::kReverse, 2}}) {
@@ -153,9 +153,7 @@ TEST(NormKernelsDeterminism, LayerNormBackwardBitsDoNotDependOnTheSchedule) {
     const Tensor gx = device_empty({R, N}, DType::f32), gw = device_empty({N}, DType::f32),
                  gb = device_empty({N}, DType::f32);
     kernels().layernorm_backward(dx, dw, dmean, drstd, dgy, gx, gw, gb);
-    results.push_back(ops::cat(
-        {ops::reshape(to_host(gx), {R * N}), to_host(gw), to_host(gb)},
-        0));
+    results.push_back(ops::cat({ops::reshape(to_host(gx), {R * N}), to_host(gw), to_host(gb)}, 0));
   }
   expect_close(results[1], results[0], 0.0, 0.0, "gx, gw, gb under another schedule");
 }

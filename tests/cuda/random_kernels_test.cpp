@@ -48,8 +48,10 @@ TEST(RandomKernels, SplittingATensorDoesNotChangeItsValues) {
   Mirror whole = mirror(Shape{30}, DType::f32, 3);
   kernels().random_normal(whole.dev, 0.0, 1.0, 7, 11);
   Mirror part = mirror(Shape{30}, DType::f32, 4);
-  kernels().random_normal(testing::view_of(part.dev_buf, Shape{13}, Strides{1}, 0), 0.0, 1.0, 7, 11);
-  kernels().random_normal(testing::view_of(part.dev_buf, Shape{17}, Strides{1}, 13), 0.0, 1.0, 7, 24);
+  kernels().random_normal(testing::view_of(part.dev_buf, Shape{13}, Strides{1}, 0), 0.0, 1.0, 7,
+                          11);
+  kernels().random_normal(testing::view_of(part.dev_buf, Shape{17}, Strides{1}, 13), 0.0, 1.0, 7,
+                          24);
   const Tensor a = testing::to_host(whole.dev_buf), b = testing::to_host(part.dev_buf);
   EXPECT_EQ(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()), 0);
 }

@@ -41,8 +41,8 @@ train::TrainOptions tiny_options(const fs::path& dir, const std::string& run) {
   train::TrainOptions o;
   o.train_data = (dir / "data/data_train_*.bin").string();
   o.val_data = (dir / "data/data_val_*.bin").string();
-  o.model_overrides = {{"n_layer", 2}, {"n_head", 2}, {"n_kv_head", 2}, {"n_embd", 32},
-                       {"block_size", 32}, {"dropout", 0.0}};
+  o.model_overrides = {{"n_layer", 2}, {"n_head", 2},      {"n_kv_head", 2},
+                       {"n_embd", 32}, {"block_size", 32}, {"dropout", 0.0}};
   o.batch_size = 8;
   o.seq_len = 16;
   o.max_steps = 12;
@@ -114,7 +114,8 @@ int main() {
     auto model = std::make_shared<Bigram>(vocab);
     train::ModuleParts parts;
     parts.master = model;
-    parts.optimizer = std::make_shared<nn::SGD>(model->named_parameters(), nn::SGDOptions{.lr = o.lr});
+    parts.optimizer =
+        std::make_shared<nn::SGD>(model->named_parameters(), nn::SGDOptions{.lr = o.lr});
     parts.loss = [](nn::Module& m, const Tensor& x, const Tensor& y, int64_t) {
       return dynamic_cast<Bigram&>(m).loss(x, y);
     };

@@ -18,9 +18,12 @@ CudaTestMode cuda_test_mode() {
 
 const char* cuda_test_mode_name(CudaTestMode mode) {
   switch (mode) {
-    case CudaTestMode::sim: return "sim";
-    case CudaTestMode::gpu: return "gpu";
-    case CudaTestMode::off: return "off";
+    case CudaTestMode::sim:
+      return "sim";
+    case CudaTestMode::gpu:
+      return "gpu";
+    case CudaTestMode::off:
+      return "off";
   }
   return "?";
 }
@@ -34,8 +37,7 @@ Device cuda_test_device() {
   }
 #if defined(TESSERA_HAS_CUDA)
   static const bool opened = [] {
-    TESSERA_CHECK(cuda::device_count() > 0,
-                  "TESSERA_TEST_CUDA=gpu, but no CUDA device is visible");
+    TESSERA_CHECK(cuda::device_count() > 0, "TESSERA_TEST_CUDA=gpu, but no CUDA device is visible");
     cuda::init_device(0);
     return true;
   }();
@@ -45,8 +47,9 @@ Device cuda_test_device() {
                 "over the GPU: leave the Sim* suites out (--gtest_filter='-Sim*:*/Sim*')");
   return Device::cuda(0);
 #else
-  detail::throw_error("TESSERA_TEST_CUDA=gpu, but this build has no GPU backend "
-                      "(configure with TESSERA_WITH_CUDA=ON where nvcc exists)");
+  detail::throw_error(
+      "TESSERA_TEST_CUDA=gpu, but this build has no GPU backend "
+      "(configure with TESSERA_WITH_CUDA=ON where nvcc exists)");
 #endif
 }
 

@@ -4,11 +4,11 @@
 // to a GPU machine, so that a missing or broken one is named in seconds rather than found as a
 // failed build of the whole project.
 
-#include <CLI/CLI.hpp>
-#include <Eigen/Core>
 #include <benchmark/benchmark.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <CLI/CLI.hpp>
+#include <Eigen/Core>
 
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -62,8 +62,8 @@ TEST(DependencyProbe, Mpi) {
   int length = 0;
   MPI_Get_library_version(version, &length);
   const std::string first_line = std::string(version, size_t(length)).substr(0, 60);
-  std::cout << "[ probe ] MPI: " << size << " rank(s); " << first_line.substr(0, first_line.find('\n'))
-            << "\n";
+  std::cout << "[ probe ] MPI: " << size << " rank(s); "
+            << first_line.substr(0, first_line.find('\n')) << "\n";
   EXPECT_GE(size, 1);
   MPI_Finalize();
 }

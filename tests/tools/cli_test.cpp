@@ -100,13 +100,13 @@ TEST(Cli, CudaSimTrainsLikeTheCpu) {
   const char* devices[] = {"cpu", "cuda-sim"};
   for (int d = 0; d < 2; ++d) {
     const std::string run = dir / (std::string("run_") + devices[d]);
-    Result r = run_cli({"train", "--train-data", dir / "data/data_train_*.bin", "--run-dir", run,
-                        "--model",
-                        R"({"n_layer": 1, "n_head": 2, "n_kv_head": 2, "n_embd": 16,
+    Result r = run_cli(
+        {"train", "--train-data", dir / "data/data_train_*.bin", "--run-dir", run, "--model",
+         R"({"n_layer": 1, "n_head": 2, "n_kv_head": 2, "n_embd": 16,
                             "block_size": 16, "dropout": 0})",
-                        "--batch-size", "2", "--seq-len", "16", "--max-steps", "3", "--lr",
-                        "3e-3", "--threads", "1", "--device", devices[d]},
-                       dir, devices[d]);
+         "--batch-size", "2", "--seq-len", "16", "--max-steps", "3", "--lr", "3e-3", "--threads",
+         "1", "--device", devices[d]},
+        dir, devices[d]);
     ASSERT_EQ(r.code, 0) << r.err;
     if (d == 1) EXPECT_NE(r.out.find("device: cuda:0 (the kernel simulator)"), std::string::npos);
     std::istringstream lines(read_text_file(run + "/metrics.jsonl"));
@@ -178,8 +178,8 @@ TEST(Cli, CtrlCCheckpointsAndTheSameCommandResumes) {
   EXPECT_NE(ins.out.find("step: " + std::to_string(stopped + 2)), std::string::npos) << ins.out;
 
   // Exported to Hugging Face's layout and to llm.c's, the model generates the same greedy text.
-  Result hf = run_cli({"ckpt", "convert", dir / "run", "--to", "hf", "--output", dir / "hf"}, dir,
-                      "hf");
+  Result hf =
+      run_cli({"ckpt", "convert", dir / "run", "--to", "hf", "--output", dir / "hf"}, dir, "hf");
   ASSERT_EQ(hf.code, 0) << hf.err;
   Result llmc = run_cli(
       {"ckpt", "convert", dir / "run", "--to", "llmc", "--output", dir / "model.bin"}, dir, "llmc");

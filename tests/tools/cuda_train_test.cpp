@@ -7,8 +7,8 @@
 #include <iostream>
 #include <sstream>
 
-#include "tessera/train/trainer.h"
 #include "tessera/cuda/cuda.h"
+#include "tessera/train/trainer.h"
 #include "tools/tools_test_util.h"
 
 namespace tessera::cli::testing {
@@ -93,9 +93,9 @@ TEST(CudaTrain, Fp32LossesMatchTheCpuAndTheCheckpointLoads) {
 // bf16 on both devices: weights and activations rounded to 8 significant bits (2^-9 relative)
 // at every op, so a one-ulp fp32 difference in a sum before rounding can flip a bf16 rounding,
 // a 2^-8 relative change of that value. Such flips average out over the 16-wide sums: the
-// losses agree to ~1e-3 nats or better (measured: 6e-5). The bound 0.01 is the one bf16 vs fp32 uses on the CPU
-// (precision_train_test.cpp): a cuda run that computed in fp32, or lost its updates, would
-// still be caught by the loss's fall.
+// losses agree to ~1e-3 nats or better (measured: 6e-5). The bound 0.01 is the one bf16 vs fp32
+// uses on the CPU (precision_train_test.cpp): a cuda run that computed in fp32, or lost its
+// updates, would still be caught by the loss's fall.
 TEST(CudaTrain, Bf16LossesMatchTheCpu) {
   ScratchDir dir;
   write_corpus_shards(dir);

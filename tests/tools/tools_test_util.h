@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <string>
 
-#include "tessera/train/trainer.h"
 #include "tessera/tessera.h"
+#include "tessera/train/trainer.h"
 
 namespace tessera::cli::testing {
 

@@ -3,13 +3,13 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "tessera/train/model_source.h"
 #include "tessera/tessera.h"
+#include "tessera/train/model_source.h"
 
 namespace tessera::cli {
 
-using train::LoadedModel;
 using train::load_model;
+using train::LoadedModel;
 using train::ModelSourceKind;
 
 namespace {

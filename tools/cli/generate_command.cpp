@@ -8,18 +8,18 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "tessera/train/model_source.h"
 #include "tessera/parallel/mesh.h"
 #include "tessera/parallel/tp/tensor_parallel.h"
 #include "tessera/tessera.h"
+#include "tessera/train/model_source.h"
 #if TESSERA_HAS_MPI
 #include "tessera/parallel/comm/mpi_communicator.h"
 #endif
 
 namespace tessera::cli {
 
-using train::LoadedModel;
 using train::load_model;
+using train::LoadedModel;
 using train::ModelSourceKind;
 
 namespace {

@@ -13,9 +13,9 @@ void* CudaAllocator::allocate(size_t nbytes) {
                                   context_.compute_stream());
   if (p == nullptr) {
     update_reserved();
-    throw_out_of_memory(nbytes, str_cat("the device has ",
-                                        runtime::device_properties(context_.index()).total_memory,
-                                        " bytes"));
+    throw_out_of_memory(
+        nbytes, str_cat("the device has ",
+                        runtime::device_properties(context_.index()).total_memory, " bytes"));
   }
   record_allocate(nbytes);
   update_reserved();

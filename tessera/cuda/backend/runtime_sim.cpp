@@ -26,7 +26,7 @@ std::unordered_map<void*, size_t>& pool_blocks() {
   static auto* blocks = new std::unordered_map<void*, size_t>();  // outlives static destructors
   return *blocks;
 }
-int64_t g_pool_bytes = 0;  // guarded by g_mutex
+int64_t g_pool_bytes = 0;               // guarded by g_mutex
 std::atomic<size_t> g_memory_limit{0};  // 0: none (set_simulated_memory_limit)
 std::atomic<uintptr_t> g_next_stream{1};
 

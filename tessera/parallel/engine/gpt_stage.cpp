@@ -1,7 +1,7 @@
 #include "tessera/parallel/engine/gpt_stage.h"
 
-#include "tessera/core/error.h"
 #include "tessera/autograd/functions/elementwise.h"
+#include "tessera/core/error.h"
 #include "tessera/core/ops/movement.h"
 
 namespace tessera::parallel {
@@ -78,8 +78,7 @@ Tensor GptPipelineStage::forward(int chunk, int micro, const Tensor& input) {
 
 ActivationSpec GptPipelineStage::activation_spec(int, int) const {
   const int64_t t = sequence_parallel_ ? seq_len_ / tp_size_ : seq_len_;
-  return {Shape{micro_rows_, t, width_}, chunks_.front()->dtype(),
-          device_};
+  return {Shape{micro_rows_, t, width_}, chunks_.front()->dtype(), device_};
 }
 
 void GptPipelineStage::before_backward(int, int, bool) {

@@ -6,9 +6,9 @@
 // Micro-batches: the stage is given this data-parallel rank's rows of the global batch for the
 // step; micro-batch m is rows [m * R, (m + 1) * R), R = rows / M. Its mean loss is weighted by
 // its share of the step's counted targets (begin_step), so that micro-batches with more ignored
-// targets count for less, as they do in one process's mean over the whole batch. Model stage 0 reads the ids,
-// the last model stage its targets; between stages travel hidden states [R, T, C] (under
-// sequence parallelism this tp rank's [R, T / tp, C]).
+// targets count for less, as they do in one process's mean over the whole batch. Model stage 0
+// reads the ids, the last model stage its targets; between stages travel hidden states [R, T, C]
+// (under sequence parallelism this tp rank's [R, T / tp, C]).
 //
 // Data parallelism over a pipeline. One DataParallel holds the parameters of every chunk. A
 // step on this rank runs V * M backward passes; the last of them (whatever its chunk) runs

@@ -145,9 +145,8 @@ ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor
   dp_->set_lr(out.lr);
   for (const auto& chunk : stage_->chunks()) chunk->set_step(step_);
 
-  std::vector<double> weights = micro_batch_weights(targets, config_.microbatches,
-                                                    config_.ignore_index, mesh_->dp(),
-                                                    config_.device);
+  std::vector<double> weights = micro_batch_weights(
+      targets, config_.microbatches, config_.ignore_index, mesh_->dp(), config_.device);
   stage_->begin_step(ops::to(ops::contiguous(inputs), config_.device),
                      ops::to(ops::contiguous(targets), config_.device), std::move(weights));
   world_->clock()->reset();
@@ -210,11 +209,11 @@ void ParallelTrainer::load_full_optimizer_state(const nn::OptimizerState& full) 
 
 double ParallelTrainer::evaluate(const Tensor& inputs, const Tensor& targets) {
   const int64_t D = config_.mesh.dp;
-  TESSERA_CHECK(inputs.defined() && inputs.dim() == 2 && inputs.size(0) > 0 &&
-                    inputs.size(0) % D == 0,
-                "ParallelTrainer::evaluate: inputs must be integer [B, T] with B divisible by dp ",
-                D, " (", config_.describe(), "), got ",
-                inputs.defined() ? inputs.describe() : std::string("undefined"));
+  TESSERA_CHECK(
+      inputs.defined() && inputs.dim() == 2 && inputs.size(0) > 0 && inputs.size(0) % D == 0,
+      "ParallelTrainer::evaluate: inputs must be integer [B, T] with B divisible by dp ", D, " (",
+      config_.describe(), "), got ",
+      inputs.defined() ? inputs.describe() : std::string("undefined"));
   const int64_t local = inputs.size(0) / D, first = mesh_->dp_rank() * local;
   return evaluate_local(ops::narrow(inputs, 0, first, local),
                         ops::narrow(targets, 0, first, local));
@@ -225,8 +224,8 @@ double ParallelTrainer::evaluate_local(const Tensor& inputs, const Tensor& targe
   for (const Tensor* t : {&inputs, &targets})
     TESSERA_CHECK(t->defined() && t->dim() == 2 && t->size(0) > 0 && t->size(1) == T &&
                       !is_floating(t->dtype()) && t->shape() == inputs.shape(),
-                  "ParallelTrainer::evaluate_local: inputs and targets must be integer [rows, ",
-                  T, "] (this dp rank's rows; ", config_.describe(), "), got ",
+                  "ParallelTrainer::evaluate_local: inputs and targets must be integer [rows, ", T,
+                  "] (this dp rank's rows; ", config_.describe(), "), got ",
                   t->defined() ? t->describe() : std::string("undefined"));
   set_comm_step(*inner_world_, *mesh_, step_);
   const int64_t local = inputs.size(0);
