@@ -54,7 +54,8 @@ expect "$dir/full" parity "device cpu" passed
 expect "$dir/full" parity "device cuda --precision fp32" skipped
 expect "$dir/full" rates "BM_GemmBf16" skipped
 expect "$dir/full" nccl "NCCL" skipped
-tar -tzf "$dir/full/logs.tar.gz" | grep -q 'logs/test_cuda.log' || fail "full: test_cuda.log not in logs.tar.gz"
+tar -tzf "$dir/full/logs.tar.gz" > "$dir/full_logs.txt"  # (grep -q on a pipe would cut tar off)
+grep -q 'logs/test_cuda.log' "$dir/full_logs.txt" || fail "full: test_cuda.log not in logs.tar.gz"
 
 echo "== 2. second call, planted failure"
 "$check" --rehearse --prebuilt "$bin" --build "$dir/build" --out "$dir/planted" --jobs 2 \
@@ -75,7 +76,7 @@ rc=$?
 expect "$dir/killed" kernels "kernel and backend" passed
 expect "$dir/killed" parity "GPT-2 parity" absent
 grep -q "kernels  kernel and backend" "$dir/killed/table.txt" || fail "killed: table.txt lacks the kernels rows"
-ls "$dir/killed" | grep -q '\.tmp$' && fail "killed: a temporary file was left in the output folder"
+[ -z "$(ls "$dir/killed" | grep '\.tmp$')" ] || fail "killed: a temporary file was left in the output folder"
 
 echo "== 4. a stage past its limit; a stage past the budget"
 "$check" --rehearse --prebuilt "$bin" --build "$dir/build" --out "$dir/limits" --jobs 2 \

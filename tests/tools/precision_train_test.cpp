@@ -159,7 +159,7 @@ TEST(TrainerPrecision, FlagsAreCheckedWithOneLine) {
   EXPECT_EQ(bad.err, "tessera: error: train: --precision must be fp32, bf16 or fp16, got 'fp8'\n");
   Exit device = run_cli(base + "--device tpu", dir);
   EXPECT_EQ(device.code, 1);
-  EXPECT_EQ(device.err, "tessera: error: train: --device must be cpu or cuda, got 'tpu'\n");
+  EXPECT_EQ(device.err, "tessera: error: train: --device must be cpu, cuda or cuda-sim, got 'tpu'\n");
 
 #if defined(TESSERA_HAS_CUDA)
   if (cuda::device_count() > 0) GTEST_SKIP() << "a GPU is present: --device cuda would train";

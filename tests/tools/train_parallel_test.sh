@@ -112,7 +112,8 @@ compare "dp2 x tp2 resumed at step 2 under tp2 x pp2" "$dir/ref" "$dir/resumed_t
 compare "dp2 x tp2 resumed at step 2 in one process" "$dir/ref" "$dir/resumed_one"
 
 # The gathered checkpoint is a single-process one: ckpt and generate read it.
-"$tessera" ckpt inspect "$dir/dp2tp2" | grep -q "step" || fail "ckpt inspect cannot read it"
+inspected=$("$tessera" ckpt inspect "$dir/dp2tp2") || fail "ckpt inspect cannot read it"
+grep -q "step" <<<"$inspected" || fail "ckpt inspect does not show the step"
 "$tessera" generate --model "$dir/dp2tp2" --max-new-tokens 4 --seed 1 >/dev/null ||
   fail "generate cannot read it"
 
