@@ -115,6 +115,9 @@ void GradReducer::launch_ready(bool in_backward) {
 }
 
 void GradReducer::launch(int b) {
+  // ZeRO 0 on one rank: the full gradient is its own average, and the reduce-scatter and
+  // all-gather would only copy it out and back (through a bucket-sized temporary each).
+  if (stage_ == 0 && dp_->size() == 1) return;
   const int64_t s = layout_.shard_numel(b);
   Pending p;
   p.bucket = b;

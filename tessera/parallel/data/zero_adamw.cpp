@@ -1,5 +1,7 @@
 #include "tessera/parallel/data/zero_adamw.h"
 
+#include <map>
+
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
@@ -85,25 +87,46 @@ std::unique_ptr<nn::AdamW> ZeroAdamW::format() const {
   return std::make_unique<nn::AdamW>(params, options_);
 }
 
+std::unique_ptr<nn::AdamW> ZeroAdamW::stand_in_format() const {
+  nn::StateDict params;
+  for (const auto& p : layout_.params()) {
+    Tensor stand_in = empty(Shape(std::vector<int64_t>(size_t(p.tensor.dim()), 0)), DType::f32,
+                            p.tensor.device());
+    stand_in.set_requires_grad(true);
+    params.emplace_back(p.name, stand_in);
+  }
+  return std::make_unique<nn::AdamW>(params, options_);
+}
+
 nn::OptimizerState ZeroAdamW::gather_state(Communicator& dp) const {
   NoGradGuard no_grad;
-  std::unique_ptr<nn::AdamW> out = format();
+  // On one rank the moments are whole here: the state is views of them, named, ordered and
+  // described as nn::AdamW's, from an AdamW over zero-element stand-ins of the parameters (same
+  // names and ranks: all its groups depend on), so that no second copy of the moments is made.
+  const bool views = dp.size() == 1;
+  std::unique_ptr<nn::AdamW> out = views ? stand_in_format() : format();
   nn::OptimizerState state = out->state_dict();  // handles to its (zero) moments
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < state.tensors.size(); ++i) index[state.tensors[i].first] = i;
   for (int slot = 0; slot < 2; ++slot) {
     for (size_t b = 0; b < layout_.buckets().size(); ++b) {
       const auto& k = layout_.buckets()[b];
       Tensor whole = state_of(slot, int(b));
-      if (stage_ > 0) {
+      if (stage_ > 0 && !views) {
         Tensor gathered = empty(Shape{k.numel}, DType::f32, whole.device());
         dp.all_gather(whole, gathered);
         whole = gathered;
       }
       for (int p : k.params) {
         const auto& param = layout_.params()[size_t(p)];
-        Tensor dst =
-            nn::find_tensor(state.tensors, param.name + (slot == 0 ? ".exp_avg" : ".exp_avg_sq"));
-        ops::copy_(dst, ops::reshape(ops::narrow(whole, 0, param.offset, param.tensor.numel()),
-                                     dst.shape()));
+        Tensor& dst = state.tensors[index.at(param.name + (slot == 0 ? ".exp_avg" : ".exp_avg_sq"))]
+                          .second;
+        const Tensor src = ops::reshape(
+            ops::narrow(whole, 0, param.offset, param.tensor.numel()), param.tensor.shape());
+        if (views)
+          dst = src;
+        else
+          ops::copy_(dst, src);
       }
     }
   }

@@ -46,7 +46,8 @@ class ZeroAdamW {
   // The whole optimizer state in nn::AdamW::state_dict()'s format (tensors
   // "<param>.exp_avg" / ".exp_avg_sq", groups from nn::decay_groups), so one checkpoint
   // serves every layout. Every rank gathers all of it (2 x the parameters, for the call's
-  // duration). Collective over dp.
+  // duration); on one rank the tensors are views of the live moments instead (no copy: use
+  // them before the next step). Collective over dp.
   nn::OptimizerState gather_state(Communicator& dp) const;
   // Restores such a state (validated by nn::AdamW::load_state_dict) into this rank's region.
   void load_state(const nn::OptimizerState& state);
@@ -62,6 +63,9 @@ class ZeroAdamW {
   // An nn::AdamW over the layout's parameters: the reference format (it reads only their
   // shapes, so it works while ZeRO-3 has them freed).
   std::unique_ptr<nn::AdamW> format() const;
+  // The same over zero-element stand-ins (same names and ranks): the format's names, order and
+  // scalars without moments of the parameters' size.
+  std::unique_ptr<nn::AdamW> stand_in_format() const;
 
   const FlatLayout& layout_;
   int stage_;

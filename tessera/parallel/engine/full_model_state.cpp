@@ -120,6 +120,19 @@ nn::StateDict gather_parameter_tensors(const std::vector<std::shared_ptr<nn::GPT
                 " tensor lists for ", chunks.size(), " chunks");
   const int pp = mesh.shape().pp, stages = pp * int(chunks.size());
   nn::StateDict out;
+  if (mesh.world().size() == 1) {
+    // One rank holds every tensor whole: views of them (the padded vocabulary rows cut off),
+    // not copies, so that a checkpoint of one process needs no second copy of the model and
+    // its moments. They alias the live tensors: use them before the next step.
+    for (size_t c = 0; c < chunks.size(); ++c)
+      for (const Entry& e : local_entries(*chunks[c], 1)) {
+        Tensor t = nn::find_tensor(local[c], e.name);
+        TESSERA_CHECK(t.defined(), "gather_parameter_tensors: no tensor for '", e.name, "'");
+        if (t.shape() != e.shape) t = ops::narrow(t, 0, 0, e.shape[0]);
+        out.emplace_back(e.name, t);
+      }
+    return out;
+  }
   for (int s = 0; s < stages; ++s) {
     const int owner = owner_of(s, pp);
     std::vector<Entry> entries;

@@ -17,7 +17,9 @@
 
 namespace tessera::parallel {
 
-// chunks[c] is model stage c * pp + pp_rank. Collective over the mesh's tp and pp groups.
+// chunks[c] is model stage c * pp + pp_rank. Collective over the mesh's tp and pp groups. On a
+// mesh of one rank the tensors are views of the live ones, not copies: use them before the
+// next step changes them (a checkpoint does).
 nn::StateDict gather_model_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks,
                                  const DeviceMesh& mesh);
 
