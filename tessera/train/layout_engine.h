@@ -1,8 +1,8 @@
 #pragma once
 // LayoutEngine: the StepEngine for a GPT under a parallel layout, parallel::ParallelTrainer
 // over the run's world. Every layout, one process included (dp = tp = pp = 1), runs this code;
-// on one process it gives bit for bit the losses of nn::GPT with nn::AdamW and clipping
-// (measured over 30 steps of the main job's model; see docs/training.md).
+// on one process it gives bit for bit the losses of nn::GPT with nn::AdamW and clipping, at
+// the same step time (docs/training.md has the side-by-side figures).
 
 #include <memory>
 
