@@ -42,6 +42,7 @@
 
 #include "tessera/cuda/sim/device_api.h"
 #include "tessera/cuda/sim/launch.h"
+#include "tessera/cuda/sim/streams.h"
 
 #define TESSERA_CUDA_ABI sim_build
 // A static object per declaration (and template instance) identifies it: every thread of the
@@ -206,14 +207,16 @@ void launch(void (*kernel)(Params...), const LaunchConfig& config, Args&&... arg
 template <class Kernel, class... Args>
 void launch(Kernel&& kernel, const LaunchConfig& config, Args&&... args) {
   check_launch(config);
-  // Each simulated thread calls the kernel with its own copies of the arguments, as CUDA
-  // passes kernel parameters by value.
-  auto body = [&]() { kernel(args...); };
-  using Body = decltype(body);
-  sim::run_kernel(sim::KernelLaunch{
-      config.name, config.grid, config.block, config.dynamic_shared_bytes,
-      sim::KernelBody{[](const void* context) { (*static_cast<const Body*>(context))(); },
-                      &body}});
+  // The launch keeps copies of the arguments, as CUDA does (it may run later: sim/streams.h's
+  // deferred mode), and each simulated thread calls the kernel with its own copies of those.
+  sim::submit(config.stream, [kernel, config, ... captured = std::decay_t<Args>(args)]() {
+    auto body = [&]() { kernel(captured...); };
+    using Body = decltype(body);
+    sim::run_kernel(sim::KernelLaunch{
+        config.name, config.grid, config.block, config.dynamic_shared_bytes,
+        sim::KernelBody{[](const void* context) { (*static_cast<const Body*>(context))(); },
+                        &body}});
+  });
 }
 #endif
 

@@ -1,8 +1,10 @@
-// The runtime over the kernel simulator. Simulated launches run to completion before they
-// return, so every copy is done at once and streams and events only need identities. The pool
-// does not cache: each allocation is a fresh guarded buffer (sim/device_memory.h) that starts
-// as NaN and is freed at once, so a kernel reading memory nobody wrote, or memory already
-// returned, shows up in results instead of reading a stale block; reserved equals used.
+// The runtime over the kernel simulator. Launches, copies, fills and frees go to sim/streams.h:
+// run at once (immediate mode, the default), or queued on their stream and run when a
+// synchronisation or an event wait needs them (deferred mode), where events are points in a
+// stream's queue. The pool does not cache: each allocation is a fresh guarded buffer
+// (sim/device_memory.h) that starts as NaN and is freed as soon as its stream gets there, so a
+// kernel reading memory nobody wrote, or memory already returned, shows up in results instead
+// of reading a stale block; reserved equals used.
 
 #include <atomic>
 #include <cstring>
@@ -12,11 +14,15 @@
 #include "tessera/core/error.h"
 #include "tessera/cuda/backend/runtime.h"
 #include "tessera/cuda/sim/device_memory.h"
+#include "tessera/cuda/sim/streams.h"
 
 namespace tessera::cuda {
 inline namespace TESSERA_CUDA_ABI {
 
-struct SimEvent {};
+// A point in the queue of the stream it was recorded on (sim/streams.h).
+struct SimEvent {
+  sim::StreamPoint point;
+};
 
 namespace runtime {
 namespace {
@@ -78,17 +84,23 @@ void* malloc_async(size_t bytes, int device, cudaStream_t /*stream*/) {
   return p;
 }
 
-void free_async(void* p, cudaStream_t /*stream*/) {
+void free_async(void* p, cudaStream_t stream) {
   if (p == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    auto it = pool_blocks().find(p);
-    TESSERA_CHECK(it != pool_blocks().end(), "free_async: ", p,
+    TESSERA_CHECK(pool_blocks().count(p) != 0, "free_async: ", p,
                   " is not a live allocation of the simulated device pool");
-    g_pool_bytes -= int64_t(it->second);
-    pool_blocks().erase(it);
   }
-  sim::device_free(p);
+  // Stream-ordered: the block goes back once the stream's earlier work has run.
+  sim::submit(stream, [p] {
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      auto it = pool_blocks().find(p);
+      g_pool_bytes -= int64_t(it->second);
+      pool_blocks().erase(it);
+    }
+    sim::device_free(p);
+  });
 }
 
 PoolUsage pool_usage(int device) {
@@ -102,19 +114,23 @@ void trim_pool(int device) {
 }
 
 void memcpy_async(void* dst, const void* src, size_t bytes, CopyKind /*kind*/,
-                  cudaStream_t /*stream*/) {
-  if (bytes > 0) std::memmove(dst, src, bytes);
+                  cudaStream_t stream) {
+  if (bytes > 0) sim::submit(stream, [=] { std::memmove(dst, src, bytes); });
 }
 
-void memset_async(void* dst, int byte, size_t bytes, cudaStream_t /*stream*/) {
-  if (bytes > 0) std::memset(dst, byte, bytes);
+void memset_async(void* dst, int byte, size_t bytes, cudaStream_t stream) {
+  if (bytes > 0) sim::submit(stream, [=] { std::memset(dst, byte, bytes); });
 }
 
 cudaStream_t stream_create() {
   return reinterpret_cast<cudaStream_t>(g_next_stream.fetch_add(1));
 }
-void stream_destroy(cudaStream_t /*stream*/) {}
-void stream_synchronize(cudaStream_t /*stream*/) {}
+void stream_destroy(cudaStream_t stream) {
+  sim::retire(stream);
+}
+void stream_synchronize(cudaStream_t stream) {
+  sim::drain(stream);
+}
 
 Event event_create() {
   return new SimEvent();
@@ -122,10 +138,18 @@ Event event_create() {
 void event_destroy(Event event) {
   delete event;
 }
-void event_record(Event /*event*/, cudaStream_t /*stream*/) {}
-void stream_wait_event(cudaStream_t /*stream*/, Event /*event*/) {}
-void event_synchronize(Event /*event*/) {}
-void device_synchronize() {}
+void event_record(Event event, cudaStream_t stream) {
+  event->point = sim::mark(stream);
+}
+void stream_wait_event(cudaStream_t stream, Event event) {
+  sim::wait_for(stream, event->point);
+}
+void event_synchronize(Event event) {
+  sim::drain_to(event->point);
+}
+void device_synchronize() {
+  sim::drain_all();
+}
 
 }  // namespace runtime
 }  // namespace TESSERA_CUDA_ABI

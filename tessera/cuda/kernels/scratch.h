@@ -11,6 +11,7 @@
 #include "tessera/cuda/device.h"
 #if !defined(__CUDACC__)
 #include "tessera/cuda/sim/device_memory.h"
+#include "tessera/cuda/sim/streams.h"
 #endif
 
 namespace tessera::cuda {
@@ -37,7 +38,8 @@ class DeviceScratch {
 #if defined(__CUDACC__)
     cudaFreeAsync(data_, stream_);  // an error here would already have surfaced at a launch
 #else
-    sim::device_free(data_);
+    // After the stream's queued work (sim/streams.h), which may still read it.
+    sim::submit(stream_, [p = static_cast<void*>(data_)] { sim::device_free(p); });
 #endif
   }
   DeviceScratch(const DeviceScratch&) = delete;
