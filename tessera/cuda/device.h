@@ -32,7 +32,7 @@
 
 #define TESSERA_CUDA_ABI gpu_build
 #define TESSERA_SHARED(type, name, count) __shared__ __align__(16) type name[count]
-#define TESSERA_DYNAMIC_SHARED(type, name)                                         \
+#define TESSERA_DYNAMIC_SHARED(type, name)                                      \
   extern __shared__ __align__(16) unsigned char tessera_dynamic_shared_bytes[]; \
   type* name = reinterpret_cast<type*>(tessera_dynamic_shared_bytes)
 
@@ -47,15 +47,15 @@
 #define TESSERA_CUDA_ABI sim_build
 // A static object per declaration (and template instance) identifies it: every thread of the
 // block receives the same memory for it.
-#define TESSERA_SHARED(type, name, count)                                                   \
-  static constexpr ::tessera::cuda::sim::SharedDecl tessera_shared_decl_##name{             \
-      #name, sizeof(type), alignof(type), size_t(count), __FILE__, __LINE__};               \
-  const ::tessera::cuda::sim::SharedArray<type> name =                                      \
+#define TESSERA_SHARED(type, name, count)                                       \
+  static constexpr ::tessera::cuda::sim::SharedDecl tessera_shared_decl_##name{ \
+      #name, sizeof(type), alignof(type), size_t(count), __FILE__, __LINE__};   \
+  const ::tessera::cuda::sim::SharedArray<type> name =                          \
       ::tessera::cuda::sim::shared_static<type>(tessera_shared_decl_##name)
-#define TESSERA_DYNAMIC_SHARED(type, name)                                                  \
-  static constexpr ::tessera::cuda::sim::SharedDecl tessera_shared_decl_##name{             \
-      #name, sizeof(type), alignof(type), 0, __FILE__, __LINE__};                           \
-  const ::tessera::cuda::sim::SharedArray<type> name =                                      \
+#define TESSERA_DYNAMIC_SHARED(type, name)                                      \
+  static constexpr ::tessera::cuda::sim::SharedDecl tessera_shared_decl_##name{ \
+      #name, sizeof(type), alignof(type), 0, __FILE__, __LINE__};               \
+  const ::tessera::cuda::sim::SharedArray<type> name =                          \
       ::tessera::cuda::sim::shared_dynamic<type>(tessera_shared_decl_##name)
 
 #endif
@@ -191,16 +191,15 @@ void launch(void (*kernel)(Params...), const LaunchConfig& config, Args&&... arg
     const cudaError_t status = cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(config.dynamic_shared_bytes));
     TESSERA_CHECK(status == cudaSuccess, "launch of kernel '", config.name, "': cannot allow ",
-                  config.dynamic_shared_bytes, " bytes of dynamic shared memory: ",
-                  cudaGetErrorString(status));
+                  config.dynamic_shared_bytes,
+                  " bytes of dynamic shared memory: ", cudaGetErrorString(status));
   }
   kernel<<<config.grid, config.block, config.dynamic_shared_bytes, config.stream>>>(
       std::forward<Args>(args)...);
   const cudaError_t status = cudaGetLastError();
   TESSERA_CHECK(status == cudaSuccess, "launch of kernel '", config.name, "' (grid (",
-                config.grid.x, ",", config.grid.y, ",", config.grid.z, "), block (",
-                config.block.x, ",", config.block.y, ",", config.block.z, "), ",
-                config.dynamic_shared_bytes,
+                config.grid.x, ",", config.grid.y, ",", config.grid.z, "), block (", config.block.x,
+                ",", config.block.y, ",", config.block.z, "), ", config.dynamic_shared_bytes,
                 " bytes dynamic shared memory): ", cudaGetErrorString(status));
 }
 #else

@@ -24,7 +24,7 @@ TEST(Allocator, OutOfMemoryNamesTheOpTheBytesAndTheCounters) {
     FAIL() << "a 4 PiB tensor was allocated";
   } catch (const OutOfMemory& e) {
     const std::string m = e.what();
-    for (const std::string part :
+    for (const std::string& part :
          {std::string("out of memory on cpu in zeros"), str_cat("asked for ", 4 * n, " bytes"),
           std::string(" live, "), std::string(" reserved, peak ")})
       EXPECT_NE(m.find(part), std::string::npos) << "'" << part << "' not in: " << m;

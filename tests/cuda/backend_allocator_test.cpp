@@ -17,8 +17,7 @@ using BackendAllocator = DeviceCuda;
 using tessera::testing::cuda_test_on_gpu;
 
 TEST_F(BackendAllocator, LivePeakReservedFollowTensors) {
-  const bool exact =
-      !cuda_test_on_gpu() && sim::stream_mode() == sim::StreamMode::immediate;
+  const bool exact = !cuda_test_on_gpu() && sim::stream_mode() == sim::StreamMode::immediate;
   Allocator& alloc = allocator_for(Device::cuda());
   EXPECT_EQ(alloc.device(), Device::cuda());
   alloc.reset_peak();
@@ -36,7 +35,9 @@ TEST_F(BackendAllocator, LivePeakReservedFollowTensors) {
     const AllocatorStats after_b = alloc.stats();
     EXPECT_EQ(after_b.live_bytes - before.live_bytes, 4000);
     EXPECT_EQ(after_b.peak_bytes - before.live_bytes, 4140);
-    if (exact) EXPECT_EQ(after_b.reserved_bytes, one.reserved_bytes);
+    if (exact) {
+      EXPECT_EQ(after_b.reserved_bytes, one.reserved_bytes);
+    }
   }
   const AllocatorStats end = alloc.stats();
   EXPECT_EQ(end.live_bytes, before.live_bytes);
@@ -67,7 +68,7 @@ TEST_F(BackendAllocator, OutOfMemoryNamesTheOpTheBytesAndTheCounters) {
   if (!gpu_run) set_simulated_memory_limit(0);
   ASSERT_FALSE(message.empty()) << "no OutOfMemory for " << 4 * n << " bytes";
   std::cout << "[ out of memory ] " << message << "\n";
-  for (const std::string part :
+  for (const std::string& part :
        {std::string("out of memory on cuda:0 in zeros"), str_cat("asked for ", 4 * n, " bytes"),
         std::string(" live, "), std::string(" reserved, peak "), std::string("the device has ")})
     EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;

@@ -108,7 +108,9 @@ TEST(Cli, CudaSimTrainsLikeTheCpu) {
          "1", "--device", devices[d]},
         dir, devices[d]);
     ASSERT_EQ(r.code, 0) << r.err;
-    if (d == 1) EXPECT_NE(r.out.find("device: cuda:0 (the kernel simulator)"), std::string::npos);
+    if (d == 1) {
+      EXPECT_NE(r.out.find("device: cuda:0 (the kernel simulator)"), std::string::npos);
+    }
     std::istringstream lines(read_text_file(run + "/metrics.jsonl"));
     for (std::string line; std::getline(lines, line);)
       losses[d].push_back(nlohmann::json::parse(line)["loss"].get<double>());

@@ -34,7 +34,7 @@ uint64_t g_uses = 0;
 StreamMode initial_mode() {
   const char* env = std::getenv("TESSERA_SIM_STREAMS");
   return env != nullptr && std::strcmp(env, "deferred") == 0 ? StreamMode::deferred
-                                                               : StreamMode::immediate;
+                                                             : StreamMode::immediate;
 }
 StreamMode& mode() {
   static StreamMode m = initial_mode();
