@@ -92,29 +92,51 @@ TEST(PipelineScheduleN1, SweepSimulatesCleanlyWithTheoreticalBubbleAndMemory) {
   EXPECT_EQ(simulated, 3 * (3 * 4 * 3 * 4 - skipped));
 }
 
-// Over NCCL the transfers run as groups (nccl_order.h). Every v = 1 schedule of the sweep (GPipe
-// and 1F1B, every p and m) runs its groups to the end on every rank as listed. The v > 1 lists
-// do not: a rank's send around the ring to the next chunk waits for a receive its peer posts
-// only after sends of its own that wait on this rank, which asynchronous MPI sends never
-// notice. Those schedules need an NCCL issue order of their own before the executor runs them
-// over NCCL (not built yet); the checker names every stuck rank, counted and printed here.
-TEST(PipelineScheduleN1, NcclGroupsRunEveryPlainPipelineAndFlagTheInterleavedOnes) {
-  int safe = 0, stuck = 0;
+// Over NCCL the transfers run as groups (nccl_order.h). As listed, every v = 1 schedule of the
+// sweep (GPipe and 1F1B, every p and m) runs its groups of consecutive transfers to the end on
+// every rank, and the v > 1 lists do not: a rank's send around the ring to the next chunk waits
+// for a receive its peer posts only after sends of its own that wait on this rank, which
+// asynchronous MPI sends never notice. nccl_issue_order (sends moved to where their receives
+// run, one transfer per group) runs every schedule of the sweep to the end, keeps each rank's
+// compute order, and still simulates cleanly under the MPI executor's rules.
+TEST(PipelineScheduleN1, NcclIssueOrderRunsEverySchedule) {
+  int listed_safe = 0, listed_stuck = 0, checked = 0;
   for (ScheduleKind kind : kKinds)
     for (int p : {1, 2, 4, 8})
       for (int v : {1, 2, 4})
         for (int m : {1, 4, 8, 32}) {
           if (!schedule_invalid_reason(kind, p, v, m).empty()) continue;
-          Schedule s = make_schedule(kind, p, v, m, {.tied_embedding = true});
-          const std::vector<std::string> errors = nccl_order_errors(s);
+          const Schedule s = make_schedule(kind, p, v, m, {.tied_embedding = true});
+          const std::vector<std::string> listed = nccl_order_errors(s);
           if (v == 1 || p == 1) {
-            EXPECT_TRUE(errors.empty()) << s.name() << "\n" << joined(errors);
+            EXPECT_TRUE(listed.empty()) << s.name() << "\n" << joined(listed);
           }
-          (errors.empty() ? safe : stuck) += 1;
+          (listed.empty() ? listed_safe : listed_stuck) += 1;
+          const Schedule ordered = nccl_issue_order(s);
+          const std::vector<std::string> errors =
+              nccl_order_errors(ordered, NcclGrouping::each_transfer);
+          EXPECT_TRUE(errors.empty()) << s.name() << " in NCCL order\n" << joined(errors);
+          for (int r = 0; r < p; ++r) {
+            auto compute = [](const std::vector<Action>& list) {
+              std::vector<Action> out;
+              for (const Action& a : list)
+                if (a.is_compute()) out.push_back(a);
+              return out;
+            };
+            EXPECT_EQ(compute(ordered.ranks[size_t(r)]), compute(s.ranks[size_t(r)])) << s.name();
+          }
+          const SimulationResult sim = simulate(ordered);
+          EXPECT_TRUE(sim.ok()) << s.name() << " in NCCL order\n" << joined(sim.errors);
+          ++checked;
         }
-  std::cout << "  over NCCL groups: " << safe << " schedules run as listed, " << stuck
-            << " (v > 1) need an NCCL order\n";
-  EXPECT_EQ(safe + stuck, 3 * 4 * 3 * 4 - 2 * 2 * 4);
+  std::cout << "  over NCCL groups as listed: " << listed_safe << " schedules run, " << listed_stuck
+            << " (v > 1) deadlock; in NCCL order all " << checked << " run\n";
+  EXPECT_EQ(checked, 3 * 4 * 3 * 4 - 2 * 2 * 4);
+  // One transfer per group without the reordering: 1F1B's steady state deadlocks (neighbours
+  // send to each other at once), which is why the sends move.
+  EXPECT_FALSE(nccl_order_errors(make_schedule(ScheduleKind::one_f_one_b, 2, 1, 4),
+                                 NcclGrouping::each_transfer)
+                   .empty());
 
   // Planted: rank 0 receives its first gradient before sending its second activation, as its
   // own group, while rank 1 first waits for that activation: neither group can complete.

@@ -7,10 +7,12 @@
 
 #include "tessera/parallel/pipeline/nccl_order.h"
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
 #include "tessera/core/error.h"
+#include "tessera/parallel/pipeline/simulator.h"
 
 namespace tessera::parallel {
 
@@ -24,15 +26,16 @@ using Channel = std::tuple<int, int, int>;  // sender, receiver, tag
 
 }  // namespace
 
-std::vector<TransferGroup> transfer_groups(const std::vector<Action>& list) {
+std::vector<TransferGroup> transfer_groups(const std::vector<Action>& list, NcclGrouping grouping) {
   std::vector<TransferGroup> groups;
   for (size_t i = 0; i < list.size();) {
     if (list[i].kind == ActionKind::all_reduce_tied) {
       groups.push_back({i, i + 1});
       ++i;
     } else if (is_transfer(list[i])) {
-      size_t j = i;
-      while (j < list.size() && is_transfer(list[j])) ++j;
+      size_t j = i + 1;
+      if (grouping == NcclGrouping::consecutive)
+        while (j < list.size() && is_transfer(list[j])) ++j;
       groups.push_back({i, j});
       i = j;
     } else {
@@ -42,10 +45,10 @@ std::vector<TransferGroup> transfer_groups(const std::vector<Action>& list) {
   return groups;
 }
 
-std::vector<std::string> nccl_order_errors(const Schedule& s) {
+std::vector<std::string> nccl_order_errors(const Schedule& s, NcclGrouping grouping) {
   const int p = s.stages;
   std::vector<std::vector<TransferGroup>> groups(static_cast<size_t>(p));
-  for (int r = 0; r < p; ++r) groups[size_t(r)] = transfer_groups(s.ranks[size_t(r)]);
+  for (int r = 0; r < p; ++r) groups[size_t(r)] = transfer_groups(s.ranks[size_t(r)], grouping);
 
   // Operations posted so far per channel end, and per rank: the next group, whether it is
   // posted, and each of its operations' index on its channel.
@@ -119,6 +122,47 @@ std::vector<std::string> nccl_order_errors(const Schedule& s) {
                              g.end - 1, " (", waits, "): no peer posts the matching operations"));
   }
   return errors;
+}
+
+Schedule nccl_issue_order(const Schedule& s) {
+  const int p = s.stages;
+  // When every action completes with asynchronous sends (the dry run with its default costs,
+  // every compute taking time); the key (time, transfer after compute, rank, index) orders all
+  // actions of all ranks, each rank's list in its own order, and a transfer that completes when
+  // a compute ends after it.
+  const SimulationResult run = check_schedule(s);
+  using Key = std::tuple<double, int, int, size_t>;
+  std::vector<std::vector<Key>> key(static_cast<size_t>(p));
+  std::map<Channel, std::vector<std::pair<int, size_t>>> senders;  // channel -> (rank, index)
+  for (int r = 0; r < p; ++r) {
+    const std::vector<Action>& list = s.ranks[size_t(r)];
+    for (size_t i = 0; i < list.size(); ++i) {
+      key[size_t(r)].push_back({run.end_times[size_t(r)][i], list[i].is_compute() ? 0 : 1, r, i});
+      if (list[i].is_send())
+        senders[Channel{r, list[i].peer, message_tag(s, r, list[i])}].push_back({r, i});
+    }
+  }
+  // Each send takes its receive's key: the k-th receive on a channel meets the k-th send.
+  std::map<Channel, int> matched;
+  std::vector<std::vector<Key>> moved = key;
+  for (int r = 0; r < p; ++r)
+    for (size_t i = 0; i < s.ranks[size_t(r)].size(); ++i) {
+      const Action& a = s.ranks[size_t(r)][i];
+      if (!a.is_recv()) continue;
+      const Channel c{a.peer, r, message_tag(s, r, a)};
+      const auto& [sender, index] = senders[c][size_t(matched[c]++)];
+      moved[size_t(sender)][index] = key[size_t(r)][i];
+    }
+  Schedule out = s;
+  for (int r = 0; r < p; ++r) {
+    std::vector<size_t> order(s.ranks[size_t(r)].size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t x, size_t y) { return moved[size_t(r)][x] < moved[size_t(r)][y]; });
+    for (size_t i = 0; i < order.size(); ++i)
+      out.ranks[size_t(r)][i] = s.ranks[size_t(r)][order[i]];
+  }
+  return out;
 }
 
 }  // namespace tessera::parallel

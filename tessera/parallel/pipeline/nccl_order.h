@@ -21,15 +21,31 @@
 
 namespace tessera::parallel {
 
+// How a rank's transfers form groups: every maximal run of consecutive transfers, or each
+// transfer alone (the tied all-reduce is always alone).
+enum class NcclGrouping { consecutive, each_transfer };
+
 // One rank's groups: index ranges [begin, end) of its action list, in order.
 struct TransferGroup {
   size_t begin = 0, end = 0;
 };
-std::vector<TransferGroup> transfer_groups(const std::vector<Action>& list);
+std::vector<TransferGroup> transfer_groups(const std::vector<Action>& list,
+                                           NcclGrouping grouping = NcclGrouping::consecutive);
 
 // Empty when the schedule's groups run to completion on every rank; otherwise one line per
-// stuck rank ("rank 1 stuck in its group at action 7 (recv_gradient m2 c0 <- 2): waits for
-// rank 2, which is stuck in a group at action 9").
-std::vector<std::string> nccl_order_errors(const Schedule& schedule);
+// stuck rank, naming its group's actions.
+std::vector<std::string> nccl_order_errors(const Schedule& schedule,
+                                           NcclGrouping grouping = NcclGrouping::consecutive);
+
+// The schedule with its sends moved later, each to where its receive runs: the order the
+// executor issues over NCCL, one transfer per group. The receives and compute actions keep
+// their places; a send only moves later in its own rank's list, so it still follows what it
+// sends. Why it cannot deadlock: run every rank's list with asynchronous sends (the MPI
+// executor's semantics, under which every schedule here is sound) and number the actions in
+// the order they complete; a send then takes its receive's number, and every rank's list is
+// ordered by number. Take the transfer pairs in increasing number: by induction every earlier
+// pair has completed, the actions between are compute, which waits for nothing, so both ranks
+// reach the pair's send and receive and it completes. The checker confirms it for the sweep.
+Schedule nccl_issue_order(const Schedule& schedule);
 
 }  // namespace tessera::parallel

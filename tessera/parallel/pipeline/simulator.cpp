@@ -41,6 +41,8 @@ class Simulation {
     size_t cells = size_t(v_) * size_t(m_);
     for (auto* table : {&fwd_, &bwd_, &act_in_, &grad_in_})
       table->assign(size_t(p_), std::vector<uint8_t>(cells, 0));
+    result_.end_times.resize(size_t(p_));
+    for (int r = 0; r < p_; ++r) result_.end_times[size_t(r)].assign(s.ranks[size_t(r)].size(), 0);
   }
 
   SimulationResult run() {
@@ -196,6 +198,7 @@ class Simulation {
           RankState& sender = ranks_[size_t(a.peer)];
           sender.clock = t;
           sender.send_posted = false;
+          result_.end_times[size_t(a.peer)][sender.pc] = t;
           ++sender.pc;
           wake(a.peer);
           st.clock = t;
@@ -223,11 +226,13 @@ class Simulation {
         double t = std::max(st.clock, other.clock) + o_.all_reduce_cost;
         st.clock = other.clock = t;
         other.at_all_reduce = false;
+        result_.end_times[size_t(partner)][other.pc] = t;
         ++other.pc;
         wake(partner);
         break;
       }
     }
+    result_.end_times[size_t(r)][st.pc] = st.clock;
     ++st.pc;
     return true;
   }

@@ -49,6 +49,8 @@ struct SimulationResult {
   double bubble = 0;                // measured: total idle over total busy
   double ideal_bubble = 0;          // (p - 1) / (v * m)
   std::vector<TimelineBox> boxes;   // every forward and backward, in the order they ran
+  // When each action of each rank's list completed (a send: when it was posted).
+  std::vector<std::vector<double>> end_times;
 };
 
 SimulationResult simulate(const Schedule& schedule, const SimulationOptions& options = {});
