@@ -48,6 +48,11 @@ bool uses_layout_engine(const TrainOptions& o) {
   return o.optimizer == "adamw" && !o.stochastic_rounding;
 }
 
+nn::AdamWOptions adamw_options(const TrainOptions& o) {
+  return {
+      .lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay};
+}
+
 // The engine's config for o, or a LayoutError naming what does not fit. The same on every rank
 // (it reads only the options, the model config and the world size), so no rank goes on alone.
 parallel::ParallelConfig parallel_config(const TrainOptions& o, const nn::GPTConfig& model,
@@ -63,8 +68,7 @@ parallel::ParallelConfig parallel_config(const TrainOptions& o, const nn::GPTCon
   p.sequence_parallel = o.sequence_parallel;
   p.batch_size = o.batch_size * o.grad_accum;
   p.seq_len = o.seq_len;
-  p.adamw = {
-      .lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay};
+  p.adamw = adamw_options(o);
   p.lr_schedule = o.lr_schedule();
   p.max_grad_norm = o.grad_clip;
   p.precision = o.precision_policy();
@@ -88,13 +92,7 @@ std::unique_ptr<nn::Optimizer> make_optimizer(const TrainOptions& o, const nn::M
     s.weight_decay = o.weight_decay;
     return std::make_unique<nn::SGD>(model.named_parameters(), s);
   }
-  nn::AdamWOptions a;
-  a.lr = o.lr;
-  a.beta1 = o.beta1;
-  a.beta2 = o.beta2;
-  a.eps = o.eps;
-  a.weight_decay = o.weight_decay;
-  return std::make_unique<nn::AdamW>(model.named_parameters(), a);
+  return std::make_unique<nn::AdamW>(model.named_parameters(), adamw_options(o));
 }
 
 ModuleEngineConfig module_config(const TrainOptions& o, Device device) {
