@@ -322,9 +322,11 @@ std::string Trainer::save() {
     data.optimizer = std::move(optimizer.tensors);
     data.state = {{"options", options_.to_json()},
                   {"optimizer", optimizer.scalars},
-                  {"model_config", config_.to_json()},
                   {"loader", train_->state().to_json()},
                   {"precision", engine_->precision_state()}};
+    // A GPT's config (generate and ckpt rebuild the model from it); a model of the caller's
+    // own has none.
+    if (!custom_model_) data.state["model_config"] = config_.to_json();
     const nlohmann::json layout = engine_->layout_json();
     if (!layout.empty()) data.state["parallel"] = layout;
     nn::save_checkpoint(options_.run_dir, data, options_.keep_checkpoints);
