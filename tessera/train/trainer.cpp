@@ -123,7 +123,7 @@ void check_module_layout(const TrainOptions& o, int world_size, const char* why)
 }  // namespace
 
 Trainer::Trainer(TrainOptions options, std::shared_ptr<parallel::Communicator> world)
-    : options_(std::move(options)), world_(world ? std::move(world) : default_world()) {
+    : options_(std::move(options)), world_(std::move(world)) {
   const TrainOptions& o = options_;
   init_common();
   std::optional<ResumePoint> resume = find_resume(o);
@@ -163,7 +163,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<parallel::Communicator> w
 
 Trainer::Trainer(ModuleParts parts, TrainOptions options,
                  std::shared_ptr<parallel::Communicator> world)
-    : options_(std::move(options)), world_(world ? std::move(world) : default_world()) {
+    : options_(std::move(options)), world_(std::move(world)) {
   custom_model_ = true;
   init_common();
   check_module_layout(options_, world_->size(), "a model of the caller's own");
@@ -181,13 +181,14 @@ Trainer::~Trainer() = default;
 void Trainer::init_common() {
   const TrainOptions& o = options_;
   o.validate();
-  if (world_->size() == 1 && o.dp * o.tp * o.pp == 1) refuse_layout_flags_on_one_process(o);
   if (o.threads > 0) set_num_threads(o.threads);
+  // The device first: the NCCL world goes on it (each rank takes GPU local rank mod count).
   device_ = open_train_device(o.device, local_rank());
-  if (!device_.is_cpu() && world_->size() > 1)
-    refuse("--device ", o.device, " under ", world_->size(), " ranks: a parallel layout on CUDA ",
-           "needs the NCCL communicator in the training engine, which is not wired in yet; ",
-           "train on one GPU, or on the CPU under this layout");
+  if (!world_) world_ = default_world(device_);
+  if (!world_carries(*world_, device_))
+    refuse("--device ", o.device, " under ", world_->size(), " ranks: the world communicator ",
+           "given carries CPU tensors only; CUDA tensors travel over an NcclCommunicator");
+  if (world_->size() == 1 && o.dp * o.tp * o.pp == 1) refuse_layout_flags_on_one_process(o);
   fs::create_directories(o.run_dir);
   tokenizer_ = data::load_tokenizer(o.tokenizer);
   const int threads = num_threads();

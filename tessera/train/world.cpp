@@ -3,26 +3,50 @@
 #include <cstdlib>
 #include <string>
 
+#include "tessera/core/error.h"
+
 #include "tessera/parallel/comm/local_communicator.h"
 #if TESSERA_HAS_MPI
 #include <mpi.h>
 
 #include "tessera/parallel/comm/mpi_communicator.h"
 #endif
+#if TESSERA_HAS_NCCL
+#include "tessera/parallel/comm/nccl_communicator.h"
+#endif
 
 namespace tessera::train {
 
-std::shared_ptr<parallel::Communicator> default_world() {
+std::shared_ptr<parallel::Communicator> default_world(Device device) {
 #if TESSERA_HAS_MPI
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (initialized && !finalized) {
     auto world = parallel::MpiCommunicator::world();
-    if (world->size() > 1) return world;
+    if (world->size() > 1) {
+      if (device.is_cpu()) return world;
+#if TESSERA_HAS_NCCL
+      return parallel::NcclCommunicator::create(MPI_COMM_WORLD, "world");
+#else
+      detail::throw_error("train: ", world->size(), " ranks on ", device.to_string(),
+                          ": CUDA tensors travel over NCCL, and this build has no NCCL ",
+                          "communicator (configure with -DTESSERA_NCCL=real on GPUs, or ",
+                          "simulated for simulated devices)");
+#endif
+    }
   }
 #endif
   return std::make_shared<parallel::LocalCommunicator>("world");
+}
+
+bool world_carries(const parallel::Communicator& world, Device device) {
+  if (world.size() == 1 || device.is_cpu()) return true;
+#if TESSERA_HAS_NCCL
+  return dynamic_cast<const parallel::NcclCommunicator*>(&world) != nullptr;
+#else
+  return false;
+#endif
 }
 
 int local_rank() {

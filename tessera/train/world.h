@@ -6,12 +6,19 @@
 
 #include <memory>
 
+#include "tessera/core/device.h"
 #include "tessera/parallel/comm/communicator.h"
 
 namespace tessera::train {
 
-// MPI's world when MPI is initialised and has more than one rank; else one local rank.
-std::shared_ptr<parallel::Communicator> default_world();
+// The world of a run on `device`: one local rank when MPI is not initialised or has one rank;
+// else MPI's world for CPU tensors, and for CUDA tensors the NCCL communicator over it (real
+// NCCL on GPUs, the simulated one on simulated devices, whichever the build has). A build
+// without an NCCL communicator refuses CUDA under several ranks in one line.
+std::shared_ptr<parallel::Communicator> default_world(Device device = Device::cpu());
+
+// Whether `world` can carry `device`'s tensors between its ranks.
+bool world_carries(const parallel::Communicator& world, Device device);
 
 // This process's rank among the processes on its node (the launcher's local rank: MPICH's
 // MPI_LOCALRANKID, Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, Slurm's SLURM_LOCALID), 0 when no

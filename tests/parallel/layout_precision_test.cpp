@@ -63,34 +63,7 @@ constexpr double kNormTolTp = kUnitRoundoff / 8;  // first-step gradient norm, w
 constexpr double kLossTol = kUnitRoundoff / 8;    // per-step relative loss, ten steps
 constexpr double kWeightTol = 0.02;               // whole-model relative master weights
 
-// One process under nn::MixedPrecision, as the CLI trainer drives it.
-LayoutRun run_single(const nn::GPTConfig& model, const ParallelConfig& p,
-                     int64_t steps = testing::kLayoutSteps) {
-  nn::GPT master(model);
-  std::unique_ptr<nn::GPT> compute;
-  if (p.precision != nn::Precision::fp32)
-    compute = std::make_unique<nn::GPT>(model, nn::compute_dtype(p.precision));
-  nn::GPT& net = compute ? *compute : master;
-  nn::AdamWOptions o = p.adamw;
-  o.lr = p.lr_schedule.lr(0);
-  nn::AdamW opt(master.named_parameters(), o);
-  nn::MixedPrecision mp(p.precision, master.named_parameters(), net.named_parameters(),
-                        p.loss_scaler);
-  LayoutRun r;
-  for (int64_t step = 0; step < steps; ++step) {
-    opt.set_lr(p.lr_schedule.lr(step));
-    net.set_step(step);
-    Batch b = global_batch(step, p.batch_size, p.seq_len, model.vocab_size);
-    Tensor loss = net.loss(b.inputs, b.targets);
-    r.losses.push_back(loss.item<float>());
-    mp.scale_loss(loss).backward();
-    mp.accumulate_grads();
-    r.norms.push_back(mp.step(opt, p.max_grad_norm).grad_norm);
-    opt.zero_grad();
-  }
-  for (const auto& [name, t] : master.state_dict()) r.weights.emplace_back(name, ops::clone(t));
-  return r;
-}
+using testing::run_single;
 
 // Ten steps under the layout; then, on this rank, every parameter the pipeline ran is
 // bf16 and bit for bit the rounding of its fp32 master.

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -148,6 +149,35 @@ inline LayoutRun run_reference(const nn::GPTConfig& model, const ParallelConfig&
   return r;
 }
 
+// One process under nn::MixedPrecision in p.precision, as the trainer drives it.
+inline LayoutRun run_single(const nn::GPTConfig& model, const ParallelConfig& p,
+                            int64_t steps = kLayoutSteps) {
+  nn::GPT master(model);
+  std::unique_ptr<nn::GPT> compute;
+  if (p.precision != nn::Precision::fp32)
+    compute = std::make_unique<nn::GPT>(model, nn::compute_dtype(p.precision));
+  nn::GPT& net = compute ? *compute : master;
+  nn::AdamWOptions o = p.adamw;
+  o.lr = p.lr_schedule.lr(0);
+  nn::AdamW opt(master.named_parameters(), o);
+  nn::MixedPrecision mp(p.precision, master.named_parameters(), net.named_parameters(),
+                        p.loss_scaler);
+  LayoutRun r;
+  for (int64_t step = 0; step < steps; ++step) {
+    opt.set_lr(p.lr_schedule.lr(step));
+    net.set_step(step);
+    Batch b = global_batch(step, p.batch_size, p.seq_len, model.vocab_size);
+    Tensor loss = net.loss(b.inputs, b.targets);
+    r.losses.push_back(loss.item<float>());
+    mp.scale_loss(loss).backward();
+    mp.accumulate_grads();
+    r.norms.push_back(mp.step(opt, p.max_grad_norm).grad_norm);
+    opt.zero_grad();
+  }
+  for (const auto& [name, t] : master.state_dict()) r.weights.emplace_back(name, ops::clone(t));
+  return r;
+}
+
 // The same steps under ParallelTrainer on the MPI world.
 inline LayoutRun run_layout(const nn::GPTConfig& model, const ParallelConfig& p,
                             int64_t steps = kLayoutSteps, bool masked = false) {
@@ -165,8 +195,8 @@ inline LayoutRun run_layout(const nn::GPTConfig& model, const ParallelConfig& p,
 
 // ||a - b|| / ||b|| over a tensor.
 inline double relative_error(const Tensor& a, const Tensor& b) {
-  std::vector<double> x = to_vector<double>(ops::cast(a, DType::f64));
-  std::vector<double> y = to_vector<double>(ops::cast(b, DType::f64));
+  std::vector<double> x = to_vector<double>(ops::cast(ops::to(a, Device::cpu()), DType::f64));
+  std::vector<double> y = to_vector<double>(ops::cast(ops::to(b, Device::cpu()), DType::f64));
   double diff = 0, ref = 0;
   for (size_t k = 0; k < x.size(); ++k) {
     diff += (x[k] - y[k]) * (x[k] - y[k]);

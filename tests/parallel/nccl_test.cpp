@@ -1,7 +1,10 @@
-// The NCCL communicator on CUDA tensors. Compiled wherever NCCL is (TESSERA_HAS_NCCL); the
-// tests that need a GPU skip, saying so, on a machine without one, and the device check
-// (bench/gpu_check.sh) runs them there: `mpiexec -n 1` on one GPU (NCCL allows one rank per
-// GPU), NcclN2 under `mpiexec -n 2` where two GPUs are visible.
+// The NCCL communicator on CUDA tensors, over whichever NCCL the build has (TESSERA_NCCL):
+//   simulated  every rank registers the simulated device, and the same tests run in CI under
+//              mpiexec, with the simulated NCCL's own checks (mismatched calls refused) and a
+//              planted missing stream wait that the deferred streams expose;
+//   real       the tests need a GPU per rank and skip, saying so, without one; the device
+//              check (bench/gpu_check.sh) runs NcclN1 on one GPU (NCCL allows one rank per
+//              GPU), NcclN2 under `mpiexec -n 2` where two GPUs are visible.
 //
 // Every value compared is a small integer, exact in every dtype used (bf16 holds integers to
 // 256 exactly), and sums of them are exact: the comparisons are equalities.
@@ -30,7 +33,12 @@ int world_size() {
 }
 
 // The GPU this rank uses: its rank among the ranks on its node. Empty when there are too few.
+// A simulated build gives every rank its own simulated device.
 std::string pick_device() {
+#if defined(TESSERA_NCCL_SIMULATED)
+  cuda::use_simulated_device();
+  return "";
+#else
   const int devices = cuda::device_count();
   if (devices == 0) return "no CUDA device is visible; the device check runs these tests";
   MPI_Comm node;
@@ -44,6 +52,7 @@ std::string pick_device() {
                    " GPU(s): NCCL allows one rank per GPU");
   cuda::init_device(local);
   return "";
+#endif
 }
 
 #define NCCL_TEST_NEEDS_GPUS(ranks)                                              \
@@ -77,14 +86,17 @@ std::string error_of(const std::function<void()>& f) {
   return "no error";
 }
 
+#if defined(TESSERA_HAS_CUDA)
 TEST(NcclN1, WithoutGpuCreationFailsWithOneClearLine) {
   if (cuda::device_count() > 0) GTEST_SKIP() << "a GPU is visible; the other tests use it";
+  if (cuda::device_is_simulated()) GTEST_SKIP() << "an earlier test registered the simulator";
   const std::string msg = error_of([] { NcclCommunicator::create(MPI_COMM_WORLD, "world"); });
-  EXPECT_NE(msg.find("no CUDA device is visible"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("use the MPI communicator"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("no CUDA device to put NCCL on"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("0 CUDA device(s) visible"), std::string::npos) << msg;
   EXPECT_NE(msg.find("group world"), std::string::npos) << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
 }
+#endif
 
 TEST(NcclN1, CollectivesOnOneRankInEveryDtype) {
   NCCL_TEST_NEEDS_GPUS(1);
@@ -113,9 +125,14 @@ TEST(NcclN1, CollectivesOnOneRankInEveryDtype) {
 TEST(NcclN1, CollectiveSeesComputeStreamWritesAndComputeSeesResult) {
   NCCL_TEST_NEEDS_GPUS(1);
   auto c = NcclCommunicator::create(MPI_COMM_WORLD, "world");
-  // Large enough that the kernels producing `in` are still running when the collective is
-  // queued: without the event the copy would read stale values.
+  // On a GPU, large enough that the kernels producing `in` are still running when the
+  // collective is queued: without the event the copy would read stale values. The simulator
+  // shows the same in deferred-stream mode at any size (nccl_sim_test.cpp).
+#if defined(TESSERA_NCCL_SIMULATED)
+  const int64_t n = int64_t(1) << 10;
+#else
   const int64_t n = int64_t(1) << 22;
+#endif
   for (int round = 0; round < 3; ++round) {
     Tensor in = ops::mul(seq(n, 0), double(round + 1));
     Tensor out = zeros({n}, DType::f32, Device::cuda());
@@ -152,13 +169,13 @@ TEST(NcclN1, BlockingWaitAndSplit) {
 TEST(NcclN1, BadTensorsNameTheCollective) {
   NCCL_TEST_NEEDS_GPUS(1);
   auto c = NcclCommunicator::create(MPI_COMM_WORLD, "world");
-  std::string msg = error_of([&] { c->reduce_scatter(zeros({4}), zeros({4})); });
-  EXPECT_NE(msg.find("reduce_scatter on group world"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("f32[4] on cpu"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("use the MPI communicator"), std::string::npos) << msg;
-
-  msg = error_of([&] { c->all_gather(seq(4, 0), zeros({4})); });
-  EXPECT_NE(msg.find("all_gather"), std::string::npos) << msg;
+  // CPU tensors travel through device copies; a call mixing devices is refused.
+  Tensor cpu_in = arange(0.0, 4.0, 1.0, DType::f32), cpu_out = zeros({4});
+  c->reduce_scatter(cpu_in, cpu_out);
+  EXPECT_EQ(to_vector<double>(cpu_out), iota(4, 0));
+  std::string msg = error_of([&] { c->all_gather(seq(4, 0), zeros({4})); });
+  EXPECT_NE(msg.find("all_gather on group world"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("or CPU tensors, through copies"), std::string::npos) << msg;
   EXPECT_NE(msg.find("on cpu"), std::string::npos) << msg;
 
   Tensor wide = zeros({4, 6}, DType::f32, Device::cuda());

@@ -10,19 +10,30 @@
 #include "tessera/core/backend.h"
 #include "tessera/cuda/backend/allocator.h"
 #include "tessera/cuda/backend/device_context.h"
+#include "tessera/cuda/stream_order.h"
 
 namespace tessera::cuda {
 inline namespace TESSERA_CUDA_ABI {
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, public StreamOrder {
  public:
   explicit CudaBackend(int device_index) : context_(device_index), allocator_(context_) {}
 
   Device device() const override { return Device::cuda(context_.index()); }
   Allocator& allocator() override { return allocator_; }
   void synchronize() override { context_.synchronize(); }
-  // The streams and their ordering (for the NCCL communicator).
   DeviceContext& context() { return context_; }
+
+  // StreamOrder (backend_stream_order.cpp): the streams and events a communicator orders on.
+  int device_index() override { return context_.index(); }
+  bool simulated() const override;
+  Stream compute_stream() override { return context_.compute_stream(); }
+  Stream comm_stream() override { return context_.comm_stream(); }
+  Event record_event(Stream stream) override;
+  void stream_wait_event(Stream stream, Event event) override;
+  bool event_done(Event event) override;
+  void event_synchronize(Event event) override;
+  void destroy_event(Event event) override;
 
   // cuda_backend_memory.cpp
   void copy(const Tensor& src, const Tensor& dst) override;

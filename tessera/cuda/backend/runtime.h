@@ -73,6 +73,9 @@ void event_record(Event event, cudaStream_t stream);
 // Work queued on `stream` after this call waits for `event`.
 void stream_wait_event(cudaStream_t stream, Event event);
 void event_synchronize(Event event);
+// Whether the work before `event` has completed: cudaEventQuery on the GPU; the simulator runs
+// the event's stream up to it and returns true.
+bool event_query(Event event);
 void device_synchronize();
 
 }  // namespace runtime

@@ -136,6 +136,12 @@ void stream_wait_event(cudaStream_t stream, Event event) {
 void event_synchronize(Event event) {
   TESSERA_CUDA_CHECK(cudaEventSynchronize(event));
 }
+bool event_query(Event event) {
+  const cudaError_t status = cudaEventQuery(event);
+  if (status == cudaErrorNotReady) return false;
+  TESSERA_CUDA_CHECK(status);
+  return true;
+}
 void device_synchronize() {
   TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
 }

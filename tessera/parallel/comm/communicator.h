@@ -70,6 +70,12 @@ class Communicator {
   void recv(const Tensor& x, int src, int tag = 0) { recv_async(x, src, tag)->wait(); }
   virtual void barrier() = 0;
 
+  // Whether point-to-point transfers follow NCCL's semantics: no tags (the transfers between
+  // two ranks match in the order they are issued) and a transfer holds its stream until its
+  // peer's is issued too. A pipeline then issues its transfers in nccl_issue_order
+  // (pipeline/nccl_order.h). MPI's tagged, asynchronous sends need no such order.
+  virtual bool transfers_in_issue_order() const { return false; }
+
   // The group of ranks that passed the same color, ordered by key (collective over this
   // group). The child shares this communicator's step counter and options.
   virtual std::shared_ptr<Communicator> split(int color, int key, const std::string& name) = 0;

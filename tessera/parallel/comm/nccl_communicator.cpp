@@ -1,14 +1,18 @@
 #include "tessera/parallel/comm/nccl_communicator.h"
 
-#include <cuda_runtime.h>
+#if defined(TESSERA_NCCL_SIMULATED)
+#include "tessera/nccl_sim/nccl.h"
+#else
 #include <nccl.h>
+#endif
 
+#include <atomic>
 #include <chrono>
 
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
-#include "tessera/cuda/backend/cuda_check.h"
-#include "tessera/cuda/cuda.h"
+#include "tessera/core/ops/movement.h"
+#include "tessera/cuda/stream_order.h"
 #include "tessera/parallel/comm/poll_until_done.h"
 
 // TESSERA_NCCL_CHECK(call): runs an NCCL call and throws tessera::Error naming the call, NCCL's
@@ -60,15 +64,37 @@ cudaStream_t as_stream(void* stream) {
   return static_cast<cudaStream_t>(stream);
 }
 
+#if defined(TESSERA_NCCL_SIMULATED)
+constexpr bool kSimulatedNccl = true;
+constexpr const char* kNcclKind = "the simulated NCCL (TESSERA_NCCL=simulated)";
+#else
+constexpr bool kSimulatedNccl = false;
+constexpr const char* kNcclKind = "real NCCL (TESSERA_NCCL=real)";
+#endif
+
+// The backend's streams, refused when this build's NCCL cannot carry its tensors: real NCCL
+// needs the GPU backend, the simulated one the simulated device.
+cuda::StreamOrder& checked_stream_order(const std::string& group) {
+  cuda::StreamOrder& order = cuda::stream_order();
+  TESSERA_CHECK(order.simulated() == kSimulatedNccl, "NcclCommunicator (group ", group,
+                "): this build's NCCL communicator is ", kNcclKind, ", but Device::cuda() is ",
+                order.simulated() ? "the simulated device" : "a GPU",
+                "; configure with -DTESSERA_NCCL=", order.simulated() ? "simulated" : "real",
+                " for it");
+  return order;
+}
+
+std::atomic<bool> g_missing_wait_planted{false};  // NcclCommunicator::plant_missing_wait
+
 // An event recorded after a collective on the communication stream. The tensors it reads and
 // writes are held until wait(): their storage returns to the compute stream's pool when freed,
 // and wait() has ordered the compute stream after the collective by then.
 class NcclWork final : public Work {
  public:
-  NcclWork(cudaEvent_t done, cudaStream_t compute, std::shared_ptr<ncclComm> comm, NcclWait mode,
+  NcclWork(cuda::StreamOrder& order, void* done, std::shared_ptr<ncclComm> comm, NcclWait mode,
            double timeout, std::string what, std::vector<Tensor> keep_alive)
-      : done_(done),
-        compute_(compute),
+      : order_(order),
+        done_(done),
         comm_(std::move(comm)),
         mode_(mode),
         timeout_(timeout),
@@ -79,21 +105,19 @@ class NcclWork final : public Work {
   ~NcclWork() override {
     // Never waited for: still order the buffers' release after the collective. No throw from a
     // destructor; a broken device shows in the next checked call.
-    if (!keep_.empty()) cudaStreamWaitEvent(compute_, done_, 0);
-    keep_.clear();
-    cudaEventDestroy(done_);
+    try {
+      if (!keep_.empty()) order_.stream_wait_event(order_.compute_stream(), done_);
+      keep_.clear();
+      order_.destroy_event(done_);
+    } catch (const Error&) {
+    }
   }
 
-  bool test() override {
-    const cudaError_t status = cudaEventQuery(done_);
-    if (status == cudaErrorNotReady) return false;
-    TESSERA_CUDA_CHECK(status);
-    return true;
-  }
+  bool test() override { return order_.event_done(done_); }
 
   void wait() override {
     if (mode_ == NcclWait::blocking) block();
-    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
+    if (!g_missing_wait_planted.load()) order_.stream_wait_event(order_.compute_stream(), done_);
     keep_.clear();
   }
 
@@ -116,8 +140,8 @@ class NcclWork final : public Work {
   }
 
  private:
-  cudaEvent_t done_;
-  cudaStream_t compute_;
+  cuda::StreamOrder& order_;
+  void* done_;
   std::shared_ptr<ncclComm> comm_;
   NcclWait mode_;
   double timeout_;
@@ -125,12 +149,6 @@ class NcclWork final : public Work {
   std::vector<Tensor> keep_;
   std::chrono::steady_clock::time_point start_;
 };
-
-cudaEvent_t new_event() {
-  cudaEvent_t event = nullptr;
-  TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-  return event;
-}
 
 }  // namespace
 
@@ -145,18 +163,21 @@ std::shared_ptr<NcclCommunicator> NcclCommunicator::create(MPI_Comm mpi_comm,
   int rank = 0, size = 1;
   MPI_Comm_rank(mpi_comm, &rank);
   MPI_Comm_size(mpi_comm, &size);
-  const int devices = cuda::device_count();
-  TESSERA_CHECK(devices > 0, "NcclCommunicator::create (rank ", rank, " of group ", name, ", size ",
-                size, "): no CUDA device is visible (no GPU, or no driver); NCCL ",
-                "carries CUDA tensors only, use the MPI communicator for CPU tensors");
-  const cuda::DeviceStreams streams = cuda::device_streams();
+  cuda::StreamOrder* order = nullptr;
+  try {
+    order = &cuda::stream_order();
+    order->compute_stream();  // opens the device: no GPU fails here
+    checked_stream_order(name);
+  } catch (const Error& e) {
+    detail::throw_error("NcclCommunicator::create (rank ", rank, " of group ", name, ", size ",
+                        size, "): no CUDA device to put NCCL on: ", e.what());
+  }
 
   ncclUniqueId id;
   if (rank == 0) TESSERA_NCCL_CHECK(ncclGetUniqueId(&id));
   const int rc = MPI_Bcast(&id, int(sizeof(id)), MPI_BYTE, 0, mpi_comm);
   TESSERA_CHECK(rc == MPI_SUCCESS, "NcclCommunicator::create (group ", name,
                 "): MPI_Bcast of the NCCL unique id failed with code ", rc);
-  TESSERA_CUDA_CHECK(cudaSetDevice(streams.device));
   ncclComm_t comm = nullptr;
   TESSERA_NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
   return std::shared_ptr<NcclCommunicator>(
@@ -171,20 +192,22 @@ NcclCommunicator::NcclCommunicator(ncclComm* comm, std::string name, CommOptions
   TESSERA_NCCL_CHECK(ncclCommUserRank(comm, &rank_));
   TESSERA_NCCL_CHECK(ncclCommCount(comm, &size_));
   TESSERA_NCCL_CHECK(ncclCommCuDevice(comm, &device_));
-  const cuda::DeviceStreams streams = cuda::device_streams();
-  TESSERA_CHECK(streams.device == device_, "NcclCommunicator (group ", name_,
+  order_ = &checked_stream_order(name_);
+  TESSERA_CHECK(order_->device_index() == device_, "NcclCommunicator (group ", name_,
                 "): the NCCL communicator is on cuda:", device_,
-                " but CUDA tensors are on cuda:", streams.device);
-  compute_stream_ = streams.compute;
-  comm_stream_ = streams.comm;
+                " but CUDA tensors are on cuda:", order_->device_index());
 }
 
 NcclCommunicator::~NcclCommunicator() = default;
 
+void NcclCommunicator::plant_missing_wait(bool planted) {
+  g_missing_wait_planted.store(planted);
+}
+
 std::shared_ptr<Communicator> NcclCommunicator::split(int color, int key, const std::string& name) {
   TESSERA_CHECK(color >= 0, "split of group ", name_, " into ", name,
                 ": color must be non-negative, got ", color);
-  TESSERA_CUDA_CHECK(cudaSetDevice(device_));
+  order_->compute_stream();  // makes the device current on this thread
   ncclComm_t child = nullptr;
   TESSERA_NCCL_CHECK(ncclCommSplit(comm_.get(), color, key, &child, nullptr));
   return std::shared_ptr<NcclCommunicator>(
@@ -195,22 +218,42 @@ template <class Issue>
 std::shared_ptr<Work> NcclCommunicator::launch(const char* collective, std::string what,
                                                std::vector<Tensor> tensors, NcclWait wait,
                                                Issue&& issue) {
-  for (const Tensor& t : tensors)
-    TESSERA_CHECK(t.device().is_cuda(), collective, " on group ", name_,
-                  ": the NCCL communicator carries CUDA tensors, got ", t.describe(),
-                  "; use the MPI communicator for CPU tensors");
-  const cudaStream_t compute = as_stream(compute_stream_), comm = as_stream(comm_stream_);
-  TESSERA_CUDA_CHECK(cudaSetDevice(device_));
+  cuda::StreamOrder& order = *order_;
+  void* compute = order.compute_stream();
+  const cudaStream_t comm = as_stream(order.comm_stream());
   // The collective reads what the compute stream's kernels so far wrote.
-  cudaEvent_t ready = new_event();
-  TESSERA_CUDA_CHECK(cudaEventRecord(ready, compute));
-  TESSERA_CUDA_CHECK(cudaStreamWaitEvent(comm, ready, 0));
-  TESSERA_CUDA_CHECK(cudaEventDestroy(ready));  // released once the wait it feeds has run
+  void* ready = order.record_event(compute);
+  order.stream_wait_event(comm, ready);
+  order.destroy_event(ready);  // released once the wait it feeds has run
   issue(comm);
-  cudaEvent_t done = new_event();
-  TESSERA_CUDA_CHECK(cudaEventRecord(done, comm));
-  return std::make_shared<NcclWork>(done, compute, comm_, wait, options_.timeout_seconds,
+  void* done = order.record_event(comm);
+  return std::make_shared<NcclWork>(order, done, comm_, wait, options_.timeout_seconds,
                                     std::move(what), std::move(tensors));
+}
+
+// CPU tensors (a step's loss totals, checkpoint entries) travel through device copies: the
+// call runs on them and waits, and the outputs are copied back. Mixed devices are refused.
+template <class Call>
+std::shared_ptr<Work> NcclCommunicator::run(const char* collective,
+                                            const std::vector<Tensor>& tensors,
+                                            const std::vector<Tensor>& outputs, Call&& call) {
+  bool all_cpu = true, all_cuda = true;
+  for (const Tensor& t : tensors) {
+    all_cpu = all_cpu && t.device().is_cpu();
+    all_cuda = all_cuda && t.device() == Device::cuda(device_);
+  }
+  if (all_cuda) return call(tensors);
+  TESSERA_CHECK(all_cpu, collective, " on group ", name_, ": the NCCL communicator carries ",
+                "tensors on cuda:", device_, " (or CPU tensors, through copies), got ",
+                tensors.front().describe(), tensors.size() > 1 ? " and " : "",
+                tensors.size() > 1 ? tensors.back().describe() : std::string());
+  std::vector<Tensor> staged;
+  for (const Tensor& t : tensors) staged.push_back(ops::to(t, Device::cuda(device_)));
+  call(staged)->wait();
+  for (size_t i = 0; i < tensors.size(); ++i)
+    for (const Tensor& out : outputs)
+      if (out.is_same(tensors[i])) ops::copy_(out, staged[i]);
+  return std::make_shared<CompletedWork>();  // the copies back waited for the results
 }
 
 void NcclCommunicator::barrier() {
@@ -224,70 +267,93 @@ void NcclCommunicator::barrier() {
   work->wait();
 }
 
-std::shared_ptr<Work> NcclCommunicator::do_all_reduce(const Tensor& x, CommOp op) {
-  const std::string what = describe_call(str_cat("all_reduce ", comm_op_name(op)).c_str(), x);
-  ncclComm_t comm = comm_.get();
-  return launch("all_reduce", what, {x}, wait_, [&](cudaStream_t stream) {
-    void* p = x.data_ptr("all_reduce");
-    TESSERA_NCCL_CHECK(
-        ncclAllReduce(p, p, size_t(x.numel()), nccl_type(x.dtype()), nccl_op(op), comm, stream));
+std::shared_ptr<Work> NcclCommunicator::do_all_reduce(const Tensor& tensor, CommOp op) {
+  return run("all_reduce", {tensor}, {tensor}, [&](const std::vector<Tensor>& t) {
+    const Tensor& x = t[0];
+    const std::string what = describe_call(str_cat("all_reduce ", comm_op_name(op)).c_str(), x);
+    ncclComm_t comm = comm_.get();
+    return launch("all_reduce", what, {x}, wait_, [&](cudaStream_t stream) {
+      void* p = x.data_ptr("all_reduce");
+      TESSERA_NCCL_CHECK(
+          ncclAllReduce(p, p, size_t(x.numel()), nccl_type(x.dtype()), nccl_op(op), comm, stream));
+    });
   });
 }
 
-std::shared_ptr<Work> NcclCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out,
+std::shared_ptr<Work> NcclCommunicator::do_reduce_scatter(const Tensor& input, const Tensor& output,
                                                           CommOp op) {
-  TESSERA_CHECK(op != CommOp::avg || is_floating(in.dtype()), "reduce_scatter avg on group ", name_,
-                ": ", in.describe(), " is not floating");
-  const std::string what = describe_call(str_cat("reduce_scatter ", comm_op_name(op)).c_str(), in);
-  ncclComm_t comm = comm_.get();
-  return launch("reduce_scatter", what, {in, out}, wait_, [&](cudaStream_t stream) {
-    TESSERA_NCCL_CHECK(ncclReduceScatter(in.data_ptr("reduce_scatter"),
-                                         out.data_ptr("reduce_scatter"), size_t(out.numel()),
-                                         nccl_type(in.dtype()), nccl_op(op), comm, stream));
+  TESSERA_CHECK(op != CommOp::avg || is_floating(input.dtype()), "reduce_scatter avg on group ",
+                name_, ": ", input.describe(), " is not floating");
+  return run("reduce_scatter", {input, output}, {output}, [&](const std::vector<Tensor>& t) {
+    const Tensor &in = t[0], &out = t[1];
+    const std::string what =
+        describe_call(str_cat("reduce_scatter ", comm_op_name(op)).c_str(), in);
+    ncclComm_t comm = comm_.get();
+    return launch("reduce_scatter", what, {in, out}, wait_, [&](cudaStream_t stream) {
+      TESSERA_NCCL_CHECK(ncclReduceScatter(in.data_ptr("reduce_scatter"),
+                                           out.data_ptr("reduce_scatter"), size_t(out.numel()),
+                                           nccl_type(in.dtype()), nccl_op(op), comm, stream));
+    });
   });
 }
 
-std::shared_ptr<Work> NcclCommunicator::do_all_gather(const Tensor& in, const Tensor& out) {
-  ncclComm_t comm = comm_.get();
-  return launch(
-      "all_gather", describe_call("all_gather", in), {in, out}, wait_, [&](cudaStream_t stream) {
-        TESSERA_NCCL_CHECK(ncclAllGather(in.data_ptr("all_gather"), out.data_ptr("all_gather"),
-                                         size_t(in.numel()), nccl_type(in.dtype()), comm, stream));
-      });
+std::shared_ptr<Work> NcclCommunicator::do_all_gather(const Tensor& input, const Tensor& output) {
+  return run("all_gather", {input, output}, {output}, [&](const std::vector<Tensor>& t) {
+    const Tensor &in = t[0], &out = t[1];
+    ncclComm_t comm = comm_.get();
+    return launch("all_gather", describe_call("all_gather", in), {in, out}, wait_,
+                  [&](cudaStream_t stream) {
+                    TESSERA_NCCL_CHECK(ncclAllGather(in.data_ptr("all_gather"),
+                                                     out.data_ptr("all_gather"),
+                                                     size_t(in.numel()), nccl_type(in.dtype()),
+                                                     comm, stream));
+                  });
+  });
 }
 
-std::shared_ptr<Work> NcclCommunicator::do_broadcast(const Tensor& x, int root) {
-  ncclComm_t comm = comm_.get();
-  return launch("broadcast", describe_call("broadcast", x), {x}, wait_, [&](cudaStream_t stream) {
-    void* p = x.data_ptr("broadcast");
-    TESSERA_NCCL_CHECK(
-        ncclBroadcast(p, p, size_t(x.numel()), nccl_type(x.dtype()), root, comm, stream));
+std::shared_ptr<Work> NcclCommunicator::do_broadcast(const Tensor& tensor, int root) {
+  return run("broadcast", {tensor}, {tensor}, [&](const std::vector<Tensor>& t) {
+    const Tensor& x = t[0];
+    ncclComm_t comm = comm_.get();
+    return launch("broadcast", describe_call("broadcast", x), {x}, wait_,
+                  [&](cudaStream_t stream) {
+                    void* p = x.data_ptr("broadcast");
+                    TESSERA_NCCL_CHECK(ncclBroadcast(p, p, size_t(x.numel()),
+                                                     nccl_type(x.dtype()), root, comm, stream));
+                  });
   });
 }
 
 // NCCL has no tags: between two ranks, sends and receives match in the order they are issued.
 // Each transfer is its own group, so a rank that sends to and receives from the same peer must
-// issue the two in the opposite order to the peer's (or the streams wait on each other).
-std::shared_ptr<Work> NcclCommunicator::do_send(const Tensor& x, int dst, int tag) {
-  ncclComm_t comm = comm_.get();
-  return launch("send", describe_call(str_cat("send to ", dst).c_str(), x), {x}, wait_,
-                [&](cudaStream_t stream) {
-                  TESSERA_NCCL_CHECK(ncclGroupStart());
-                  TESSERA_NCCL_CHECK(ncclSend(x.data_ptr("send"), size_t(x.numel()),
-                                              nccl_type(x.dtype()), dst, comm, stream));
-                  TESSERA_NCCL_CHECK(ncclGroupEnd());
-                });
+// issue the two in the opposite order to the peer's (or the streams wait on each other): the
+// pipeline executor issues its transfers in nccl_issue_order (pipeline/nccl_order.h).
+std::shared_ptr<Work> NcclCommunicator::do_send(const Tensor& tensor, int dst, int tag) {
+  return run("send", {tensor}, {}, [&](const std::vector<Tensor>& t) {
+    const Tensor& x = t[0];
+    ncclComm_t comm = comm_.get();
+    return launch("send", describe_call(str_cat("send to ", dst).c_str(), x), {x}, wait_,
+                  [&](cudaStream_t stream) {
+                    TESSERA_NCCL_CHECK(ncclGroupStart());
+                    TESSERA_NCCL_CHECK(ncclSend(x.data_ptr("send"), size_t(x.numel()),
+                                                nccl_type(x.dtype()), dst, comm, stream));
+                    TESSERA_NCCL_CHECK(ncclGroupEnd());
+                  });
+  });
 }
 
-std::shared_ptr<Work> NcclCommunicator::do_recv(const Tensor& x, int src, int tag) {
-  ncclComm_t comm = comm_.get();
-  return launch("recv", describe_call(str_cat("recv from ", src).c_str(), x), {x}, wait_,
-                [&](cudaStream_t stream) {
-                  TESSERA_NCCL_CHECK(ncclGroupStart());
-                  TESSERA_NCCL_CHECK(ncclRecv(x.data_ptr("recv"), size_t(x.numel()),
-                                              nccl_type(x.dtype()), src, comm, stream));
-                  TESSERA_NCCL_CHECK(ncclGroupEnd());
-                });
+std::shared_ptr<Work> NcclCommunicator::do_recv(const Tensor& tensor, int src, int tag) {
+  return run("recv", {tensor}, {tensor}, [&](const std::vector<Tensor>& t) {
+    const Tensor& x = t[0];
+    ncclComm_t comm = comm_.get();
+    return launch("recv", describe_call(str_cat("recv from ", src).c_str(), x), {x}, wait_,
+                  [&](cudaStream_t stream) {
+                    TESSERA_NCCL_CHECK(ncclGroupStart());
+                    TESSERA_NCCL_CHECK(ncclRecv(x.data_ptr("recv"), size_t(x.numel()),
+                                                nccl_type(x.dtype()), src, comm, stream));
+                    TESSERA_NCCL_CHECK(ncclGroupEnd());
+                  });
+  });
 }
 
 }  // namespace tessera::parallel

@@ -1,6 +1,11 @@
 #pragma once
 // NCCL communicator for CUDA tensors (the MPI communicator carries CPU tensors).
 //
+// One source over real NCCL or the simulated one (tessera/nccl_sim, over MPI between ranks
+// that each have a simulated device), chosen at configure time (TESSERA_NCCL=real|simulated);
+// it orders its work through the backend's StreamOrder (tessera/cuda/stream_order.h), never
+// through cudart itself. CPU tensors are carried through device copies, and the call waits.
+//
 // Creation is collective over an MPI communicator: rank 0 makes the NCCL unique id, MPI_Bcast
 // carries it to the others and each calls ncclCommInitRank on the device Device::cuda() tensors
 // live on (call tessera::cuda::init_device(local_rank) first; NCCL allows one rank per GPU).
@@ -27,6 +32,10 @@
 
 struct ncclComm;  // nccl.h: typedef struct ncclComm* ncclComm_t
 
+namespace tessera::cuda {
+class StreamOrder;
+}
+
 namespace tessera::parallel {
 
 enum class NcclWait : uint8_t {
@@ -49,6 +58,12 @@ class NcclCommunicator final : public Communicator {
   NcclWait wait_mode() const { return wait_; }
   // A one-element all-reduce, waited for on the host (with the timeout).
   void barrier() override;
+  bool transfers_in_issue_order() const override { return true; }
+
+  // Tests only: Work::wait() leaves out the one stream_wait_event that orders the compute
+  // stream after a collective, so a test can show that the simulator's deferred streams turn
+  // that missing wait into wrong results (tests/parallel/nccl_sim_test.cpp).
+  static void plant_missing_wait(bool planted);
   // ncclCommSplit: collective over this group; the child keeps the wait mode and options.
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
 
@@ -65,18 +80,21 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(ncclComm* comm, std::string name, CommOptions options, NcclWait wait,
                    std::shared_ptr<std::atomic<int64_t>> step);
 
-  // Checks that `tensors` are CUDA tensors NCCL can carry, queues `issue(stream)` on the
-  // communication stream after the compute stream's work so far, and returns the Work that
-  // completes after it. `what` is the call as timeout messages name it.
+  // Queues `issue(stream)` on the communication stream after the compute stream's work so far,
+  // and returns the Work that completes after it. `what` is the call as timeout messages name it.
   template <class Issue>
   std::shared_ptr<Work> launch(const char* collective, std::string what,
                                std::vector<Tensor> tensors, NcclWait wait, Issue&& issue);
+  // call(tensors) for tensors on this communicator's device; CPU tensors go through device
+  // copies, `outputs` (some of `tensors`) copied back before it returns.
+  template <class Call>
+  std::shared_ptr<Work> run(const char* collective, const std::vector<Tensor>& tensors,
+                            const std::vector<Tensor>& outputs, Call&& call);
 
   std::shared_ptr<ncclComm> comm_;
   NcclWait wait_;
   int rank_ = 0, size_ = 1, device_ = 0;
-  void* compute_stream_ = nullptr;  // cudaStream_t
-  void* comm_stream_ = nullptr;     // cudaStream_t
+  cuda::StreamOrder* order_ = nullptr;  // the backend's streams and events
 };
 
 }  // namespace tessera::parallel

@@ -36,6 +36,7 @@ class TimedCommunicator final : public Communicator {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   void barrier() override;
+  bool transfers_in_issue_order() const override { return inner_->transfers_in_issue_order(); }
   // Splits the wrapped group and wraps the child with the same clock.
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
 

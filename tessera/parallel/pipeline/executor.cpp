@@ -8,6 +8,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
+#include "tessera/parallel/pipeline/nccl_order.h"
 #include "tessera/parallel/pipeline/tied_gradients.h"
 
 namespace tessera::parallel {
@@ -239,6 +240,12 @@ class Executor {
 
 PipelineStepStats run_pipeline(const Schedule& schedule, PipelineStage& stage, Communicator& pp,
                                const PipelineOptions& options) {
+  // Over NCCL every send waits on its stream for the matching receive: issue each where its
+  // receive completes (compute order unchanged), an order that cannot deadlock.
+  if (pp.transfers_in_issue_order()) {
+    const Schedule ordered = nccl_issue_order(schedule);
+    return Executor(ordered, stage, pp, options).run();
+  }
   return Executor(schedule, stage, pp, options).run();
 }
 
