@@ -16,9 +16,13 @@
 #   rates     75 s  copy bandwidth and cuBLASLt bf16 GEMM rate (the ceilings), every kernel
 #                   against them (bench_gpu)
 #   step     120 s  the GPT-2 124M bf16 B=8 T=1024 step, Tessera against eager PyTorch
-#   nccl      30 s  the NCCL communicator's tests with one rank (an MPI singleton)
+#   nccl      30 s  the NCCL communicator's tests with one rank (an MPI singleton), and a few
+#                   bf16 steps of the training engine on Device::cuda() through it
 #                   -----
 #                   540 s
+#   multigpu 300 s  (off by default: --stages ...,multigpu) the NCCL tests and the layout-
+#                   equivalence cases on 2, 4 and 8 GPUs, as many as are visible, one rank per
+#                   GPU under the carried mpiexec
 #
 # After every stage it rewrites, atomically, the files of --out: results.jsonl (one line per
 # check: passed, failed, skipped with why, or not run with why), table.txt (the same as a
@@ -47,8 +51,9 @@ set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REPORT="$ROOT/bench/gpu_check_report.py"
-ORDER=(build kernels parity rates step nccl)
-declare -A LIMIT=([build]=180 [kernels]=75 [parity]=60 [rates]=75 [step]=120 [nccl]=30)
+ORDER=(build kernels parity rates step nccl multigpu)
+declare -A LIMIT=([build]=180 [kernels]=75 [parity]=60 [rates]=75 [step]=120 [nccl]=30
+                  [multigpu]=300)
 
 OUT="" STAGES="build,kernels,parity,rates,step,nccl" BUILD="$ROOT/build-gpu-check"
 DEPS="$ROOT/.gpu_deps" BUDGET="" JOBS="$(nproc)" ARCH="${ARCH:-90}" REHEARSE=0 PREBUILT=""
@@ -197,7 +202,7 @@ stage_build() {
       parity) targets+=(test_cuda tessera_cli) ;;
       rates) targets+=(bench_gpu) ;;
       step) targets+=(bench_train_step) ;;
-      nccl) targets+=(test_parallel) ;;
+      nccl | multigpu) targets+=(test_parallel) ;;
     esac
   done
   [ ${#targets[@]} -eq 0 ] && return
@@ -320,6 +325,37 @@ stage_nccl() {
   needs tests/test_parallel || return
   # One rank runs as an MPI singleton (no mpiexec needed); NcclN2 needs two GPUs.
   GTEST_ONLY='^NcclN1\.' run_gtest "$CHECK" nccl tests/test_parallel --gtest_filter='NcclN1.*'
+  CHECK="training engine, bf16, through NCCL (one rank)"
+  GTEST_ONLY='^CudaLayoutN1\.' run_gtest "$CHECK" nccl_engine tests/test_parallel \
+    --gtest_filter='CudaLayoutN1.*'
+}
+
+stage_multigpu() {
+  local gpus
+  gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU ' || true)
+  if [ "$REHEARSE" = 1 ] || [ "${gpus:-0}" -lt 2 ]; then
+    row "multi-GPU NCCL and layouts" skipped "${gpus:-0} GPU(s) visible: needs 2 or more"
+    return
+  fi
+  CHECK="multi-GPU NCCL and layouts"
+  if ! grep -q '^TESSERA_NCCL_KIND:INTERNAL=real' "$BUILD/CMakeCache.txt" 2> /dev/null; then
+    row "$CHECK" skipped "this build's NCCL communicator is not on real NCCL"
+    return
+  fi
+  needs tests/test_parallel || return
+  local mpiexec="$PREFIX/usr/bin/mpiexec.hydra"
+  [ -x "$mpiexec" ] || mpiexec=$(command -v mpiexec)
+  for n in 2 4 8; do
+    [ "$gpus" -ge "$n" ] || break
+    CHECK="NCCL and layout equivalence on $n GPUs"
+    local json="$WORK/multigpu_n$n.json"
+    rm -f "$json"
+    # Rank 0 writes the report; the exit status is every rank's (the test main reduces it).
+    local filter="--gtest_filter=NcclN$n.*:CudaLayoutN$n.*"
+    "$mpiexec" -n 1 "$BIN/tests/test_parallel" "$filter" --gtest_output="json:$json" \
+      : -n $((n - 1)) "$BIN/tests/test_parallel" "$filter" > "$WORK/logs/multigpu_n$n.log" 2>&1
+    python3 "$REPORT" gtest "$RESULTS" "$STAGE" "$CHECK" "$json" "$WORK/logs/multigpu_n$n.log" $?
+  done
 }
 
 # ---- one stage in this process (called by the driver below) ---------------------------------------
@@ -405,7 +441,8 @@ echo "total $SECONDS s; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 if [ "$REHEARSE" = 1 ]; then
   # The verdicts a rehearsal expects: GPU-only rows skipped, everything else passed; a planted
   # stage's test rows failed.
-  expect=("parity/tessera train --device cuda=skipped" "rates=skipped" "step=skipped" "nccl=skipped")
+  expect=("parity/tessera train --device cuda=skipped" "rates=skipped" "step=skipped" "nccl=skipped"
+          "multigpu=skipped")
   [ -n "$PLANT" ] && expect=("$PLANT/^(kernel|op harness|GPT-2 parity)=failed" "${expect[@]}")
   stages=()
   for s in "${ORDER[@]}"; do [[ ",$STAGES," == *",$s,"* ]] && stages+=("$s"); done

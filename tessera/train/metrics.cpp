@@ -18,7 +18,9 @@ nlohmann::json RankMetrics::to_json() const {
           {"param_bytes", parameter_bytes},
           {"grad_bytes", gradient_bytes},
           {"optim_bytes", optimizer_bytes},
-          {"act_bytes", activation_bytes}};
+          {"act_bytes", activation_bytes},
+          {"device_live_bytes", device_live_bytes},
+          {"device_peak_bytes", device_peak_bytes}};
 }
 
 nlohmann::json StepMetrics::to_json() const {

@@ -22,6 +22,9 @@ struct RankMetrics {
   int64_t gradient_bytes = 0;
   int64_t optimizer_bytes = 0;
   int64_t activation_bytes = 0;  // peak during forward and backward
+  // The rank's device allocator (the CUDA pool's counters on a GPU): live and peak bytes.
+  int64_t device_live_bytes = 0;
+  int64_t device_peak_bytes = 0;
 
   nlohmann::json to_json() const;
 };

@@ -257,10 +257,12 @@ data::Batch Trainer::next_rows() {
 }
 
 std::vector<RankMetrics> Trainer::gather_rank_metrics(const EngineStep& s) {
-  constexpr int64_t kFields = 5;
+  constexpr int64_t kFields = 7;
+  const AllocatorStats device = allocator_for(device_).stats();
   Tensor mine = from_vector<double>(
       {s.comm_seconds * 1e3, double(s.memory.parameters), double(s.memory.gradients),
-       double(s.memory.optimizer_state), double(s.memory.activations)},
+       double(s.memory.optimizer_state), double(s.memory.activations), double(device.live_bytes),
+       double(device.peak_bytes)},
       Shape{kFields});
   Tensor all = zeros(Shape{world_->size() * kFields}, DType::f64);
   world_->all_gather(mine, all);
@@ -268,7 +270,8 @@ std::vector<RankMetrics> Trainer::gather_rank_metrics(const EngineStep& s) {
   std::vector<RankMetrics> ranks(size_t(world_->size()));
   for (size_t r = 0; r < ranks.size(); ++r) {
     const double* f = v.data() + r * kFields;
-    ranks[r] = {f[0], int64_t(f[1]), int64_t(f[2]), int64_t(f[3]), int64_t(f[4])};
+    ranks[r] = {f[0],          int64_t(f[1]), int64_t(f[2]), int64_t(f[3]),
+                int64_t(f[4]), int64_t(f[5]), int64_t(f[6])};
   }
   return ranks;
 }

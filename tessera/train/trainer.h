@@ -9,7 +9,7 @@
 //   train::TrainOptions o;                 // the keys of `tessera train --config`
 //   o.train_data = "data/corpus_train_*.bin";
 //   o.model_overrides = {{"n_layer", 4}, {"n_embd", 192}};
-//   train::Trainer trainer(o);             // one process; under mpiexec, the MPI world
+//   train::Trainer trainer(o);             // one process; under mpiexec or srun, the world
 //   while (!trainer.done()) {
 //     const train::StepMetrics m = trainer.step();
 //     ...
@@ -31,7 +31,12 @@
 //     GPT has; those options are refused for this engine with one line.
 // Options that cannot apply are refused, never ignored: a layout flag on one process
 // (--zero, --microbatches, --schedule, --virtual-stages, --sequence-parallel), a layout whose
-// ranks differ from the world's, a parallel layout on CUDA (its NCCL path is not wired yet).
+// ranks differ from the world's.
+//
+// Devices: o.device "cpu", "cuda" (each rank takes GPU local rank mod the visible GPUs) or
+// "cuda-sim" (the simulated device, which the program registers). Under several ranks CUDA
+// tensors travel over the NCCL communicator (world.h): real NCCL on GPUs, the simulated NCCL
+// on simulated devices, whichever the build was configured with (TESSERA_NCCL).
 //
 // The loss of a step is the mean over the global batch's counted targets (ignore_index -100
 // excluded): every micro-batch is weighted by its share of the global count (one all-reduce
@@ -77,7 +82,8 @@ class Trainer {
  public:
   // Everything from the options: the GPT (resumed from the run's latest checkpoint under
   // resume "auto", else imported from init_from, else fresh), its loaders and the engine.
-  // world: the ranks (nullptr: default_world(), world.h). Collective over world.
+  // world: the ranks (nullptr: default_world(device), world.h, on the options' device).
+  // Collective over world.
   explicit Trainer(TrainOptions options, std::shared_ptr<parallel::Communicator> world = nullptr);
   // The caller's model, loss and optimizer on the ModuleEngine (data parallelism, ZeRO 0); the
   // data, schedule, clipping, precision, evaluation and checkpoints come from the options. The

@@ -49,6 +49,18 @@ bool world_carries(const parallel::Communicator& world, Device device) {
 #endif
 }
 
+int world_rank() {
+#if TESSERA_HAS_MPI
+  int initialized = 0, finalized = 0, rank = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+#else
+  return 0;
+#endif
+}
+
 int local_rank() {
   for (const char* var : {"MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
     if (const char* v = std::getenv(var)) {

@@ -20,6 +20,10 @@ std::shared_ptr<parallel::Communicator> default_world(Device device = Device::cp
 // Whether `world` can carry `device`'s tensors between its ranks.
 bool world_carries(const parallel::Communicator& world, Device device);
 
+// This process's rank in MPI's world (0 when MPI is not initialised): which rank reports
+// errors before a world exists.
+int world_rank();
+
 // This process's rank among the processes on its node (the launcher's local rank: MPICH's
 // MPI_LOCALRANKID, Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, Slurm's SLURM_LOCALID), 0 when no
 // launcher set one. `--device cuda` takes GPU local_rank mod the visible GPUs.

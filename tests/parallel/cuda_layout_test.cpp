@@ -1,8 +1,10 @@
-// The layout-equivalence suite on simulated CUDA ranks: each rank registers the simulated
-// device, the world is the NCCL communicator over the simulated NCCL (tessera/nccl_sim), and
-// streams run deferred (work runs only when something needs it, the communication stream as
-// late as possible), so a missing event between the compute and the communication streams
-// shows as a wrong number. Each layout trains a few steps of a tiny GPT on Device::cuda() and
+// The layout-equivalence suite on CUDA ranks over the NCCL communicator. Where the build's
+// NCCL is simulated (CI): each rank registers the simulated device, the world is the NCCL
+// communicator over the simulated NCCL (tessera/nccl_sim), and streams run deferred (work runs
+// only when something needs it, the communication stream as late as possible), so a missing
+// event between the compute and the communication streams shows as a wrong number. Where it
+// is real NCCL, the same cases run on GPUs (one per rank) in the device check: CudaLayoutN1 on
+// one GPU (the engine's steps through a one-rank NCCL communicator), the others on 2-8. Each layout trains a few steps of a tiny GPT on Device::cuda() and
 // is compared with one CPU process on the same global batches: per-step losses and the
 // gathered master weights, in fp32 and bf16.
 //
@@ -18,7 +20,7 @@
 
 #include <gtest/gtest.h>
 
-#if defined(TESSERA_NCCL_SIMULATED)
+#if defined(TESSERA_HAS_NCCL)
 
 #include <algorithm>
 #include <cstdio>
@@ -26,7 +28,9 @@
 #include "nn/tiny_models.h"
 #include "parallel/layout_test_util.h"
 #include "tessera/cuda/cuda.h"
+#if defined(TESSERA_NCCL_SIMULATED)
 #include "tessera/cuda/sim/streams.h"
+#endif
 #include "tessera/parallel/comm/nccl_communicator.h"
 
 namespace tessera::parallel {
@@ -40,9 +44,37 @@ constexpr double kFp32Tol = 1e-5;               // see the file comment
 constexpr double kBf16LossTol = 1.0 / 512 / 8;  // u / 8
 constexpr double kBf16WeightTol = 0.02;
 
-LayoutRun run_on_simulated_gpus(const nn::GPTConfig& model, const ParallelConfig& p) {
+#if defined(TESSERA_NCCL_SIMULATED)
+constexpr const char* kDevice = "simulated cuda";
+#else
+constexpr const char* kDevice = "cuda";
+#endif
+
+// This rank's device, or why the case cannot run here.
+std::string open_device() {
+#if defined(TESSERA_NCCL_SIMULATED)
   cuda::use_simulated_device();
+  return "";
+#else
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int local = 0, local_size = 1;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_size(node, &local_size);
+  MPI_Comm_free(&node);
+  const int gpus = cuda::device_count();
+  if (local_size > gpus)
+    return str_cat(local_size, " ranks on this node but ", gpus, " GPU(s): NCCL allows one rank ",
+                   "per GPU (the device check runs these on GPUs)");
+  cuda::init_device(local);
+  return "";
+#endif
+}
+
+LayoutRun run_on_cuda_ranks(const nn::GPTConfig& model, const ParallelConfig& p) {
+#if defined(TESSERA_NCCL_SIMULATED)
   cuda::sim::ScopedStreamMode deferred(cuda::sim::StreamMode::deferred);
+#endif
   ParallelConfig on_device = p;
   on_device.device = Device::cuda();
   ParallelTrainer trainer(NcclCommunicator::create(MPI_COMM_WORLD, "world"), model, on_device);
@@ -71,16 +103,18 @@ double model_error(const nn::StateDict& got, const nn::StateDict& ref) {
 }
 
 void expect_matches_cpu(const LayoutCase& c, nn::Precision precision) {
+  const std::string unavailable = open_device();
+  if (!unavailable.empty()) GTEST_SKIP() << unavailable;
   nn::testing::OneThread one_thread;
   ParallelConfig p = testing::case_config(c);
   p.precision = precision;
   const nn::GPTConfig model = testing::case_model(c);
   const bool bf16 = precision == nn::Precision::bf16;
   const std::string what = str_cat(c.gpt2 ? "gpt2 " : "llama ", p.describe(),
-                                   bf16 ? "" : ", fp32", " on simulated cuda");
+                                   bf16 ? "" : ", fp32", " on ", kDevice);
   const LayoutRun ref = bf16 ? testing::run_single(model, p, kSteps)
                              : testing::run_reference(model, p, kSteps);
-  const LayoutRun got = run_on_simulated_gpus(model, p);
+  const LayoutRun got = run_on_cuda_ranks(model, p);
   ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
   double worst_loss = 0;
   for (size_t i = 0; i < got.losses.size(); ++i)
@@ -110,6 +144,12 @@ void expect_matches_cpu(const LayoutCase& c, nn::Precision precision) {
 
 constexpr auto k1F1B = ScheduleKind::one_f_one_b;
 constexpr auto kInterleaved = ScheduleKind::interleaved;
+
+// One rank: the engine's steps on Device::cuda() through a one-rank NCCL communicator (ZeRO 1
+// keeps the optimizer's reduce-scatter and all-gather, which reach NCCL even in a group of one).
+TEST(CudaLayoutN1, OneRankThroughNccl) {
+  expect_matches_cpu({{1, 1, 1}, 1, k1F1B, 1, 2, false, true}, nn::Precision::bf16);
+}
 
 TEST(CudaLayoutN2, DataParallelZero0And3) {
   for (nn::Precision precision : {nn::Precision::fp32, nn::Precision::bf16}) {
@@ -145,4 +185,4 @@ TEST(CudaLayoutN8, DataTensorPipelineZero1And2) {
 }  // namespace
 }  // namespace tessera::parallel
 
-#endif  // TESSERA_NCCL_SIMULATED
+#endif  // TESSERA_HAS_NCCL

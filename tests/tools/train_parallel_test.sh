@@ -13,10 +13,14 @@
 #   6. `mpiexec -n 1` and a plain run print the same losses bit for bit (one engine), and a
 #      layout flag on one process is refused in one line;
 #   7. SGD under dp2 runs on the data-parallel engine and matches one process (5.8e-4 off with
-#      its gradient averaging removed, checked once); SGD under tp2 is refused.
-# Usage: train_parallel_test.sh <tessera> <mpiexec> <numproc flag> <scratch dir>
+#      its gradient averaging removed, checked once); SGD under tp2 is refused;
+#   8. on simulated GPUs (--device cuda-sim, the simulated NCCL between the ranks), bf16
+#      dp2 x tp2 tracks one CPU process in bf16 within the bf16 bound of 4., the per-rank device
+#      memory is logged, and `mpiexec -n 1` equals a plain run bit for bit; a build whose NCCL
+#      is real refuses it in one line.
+# Usage: train_parallel_test.sh <tessera> <mpiexec> <numproc flag> <scratch dir> <nccl kind>
 set -euo pipefail
-tessera=$1 mpiexec=$2 np=$3 dir=$4
+tessera=$1 mpiexec=$2 np=$3 dir=$4 nccl=${5:-off}
 rm -rf "$dir" && mkdir -p "$dir/text"
 export OMP_NUM_THREADS=1
 
@@ -175,6 +179,34 @@ grep -q '"loss_scaler"' "$dir/fp16_resumed/checkpoints/step_00000002/state.json"
 grep -q "resuming from" "$dir/fp16_resumed.log" || fail "the fp16 run did not resume"
 tol=0 compare "fp16 dp2 resumed: loss scales" "$dir/fp16" "$dir/fp16_resumed" loss_scale
 compare "fp16 dp2 resumed: losses" "$dir/fp16" "$dir/fp16_resumed"
+
+# Simulated GPUs: every rank registers the simulated device, and CUDA tensors travel over the
+# NCCL communicator, here on the simulated NCCL (over MPI). Same flags as the bf16 case above.
+if [ "$nccl" = simulated ]; then
+  "$mpiexec" "$np" 4 "$tessera" train "${common[@]}" --precision bf16 --max-steps 4 \
+    --device cuda-sim --run-dir "$dir/sim_dp2tp2" --dp 2 --tp 2 >"$dir/sim_dp2tp2.log"
+  grep -q "device: cuda:0 (the kernel simulator)" "$dir/sim_dp2tp2.log" ||
+    fail "the banner does not show the simulated device"
+  tol=5e-4 compare "bf16 dp2 x tp2 on simulated GPUs (simulated NCCL)" "$dir/bf16_ref" \
+    "$dir/sim_dp2tp2"
+  live=$(grep -o '"device_live_bytes":[0-9]*' "$dir/sim_dp2tp2/metrics.jsonl" | tail -1 | cut -d: -f2)
+  [ "${live:-0}" -gt 0 ] || fail "metrics.jsonl lacks the ranks' device memory"
+  "$mpiexec" "$np" 1 "$tessera" train "${common[@]}" --precision bf16 --max-steps 2 \
+    --device cuda-sim --run-dir "$dir/sim_n1" >/dev/null
+  "$tessera" train "${common[@]}" --precision bf16 --max-steps 2 --device cuda-sim \
+    --run-dir "$dir/sim_plain" >/dev/null
+  [ "$(losses "$dir/sim_n1")" = "$(losses "$dir/sim_plain")" ] ||
+    fail "on cuda-sim, mpiexec -n 1 and a plain run differ: $(losses "$dir/sim_n1" | tr '\n' ' ') vs $(losses "$dir/sim_plain" | tr '\n' ' ')"
+  echo "cuda-sim: mpiexec -n 1 and a plain run bit-identical"
+else
+  set +e
+  "$mpiexec" "$np" 2 "$tessera" train "${common[@]}" --max-steps 1 --device cuda-sim --dp 2 \
+    --run-dir "$dir/sim_refused" >/dev/null 2>"$dir/sim_refused.err"
+  code=$?
+  set -e
+  [ "$code" -ne 0 ] && grep -q "^tessera train: " "$dir/sim_refused.err" ||
+    fail "cuda-sim under 2 ranks with NCCL '$nccl' gave exit $code: $(cat "$dir/sim_refused.err")"
+fi
 
 # Layouts that do not fit: one line, exit 2 on every rank (mpiexec returns the worst).
 bad_layout() {  # bad_layout <ranks> <expected text> <flags...>

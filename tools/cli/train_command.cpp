@@ -144,13 +144,13 @@ int run_training(const TrainOptions& options) {
   // The simulated device: what `--device cuda-sim` trains on (the CUDA backend with every
   // kernel in the CPU simulator), to try the device path on a machine without a GPU.
   if (options.device == "cuda-sim") cuda::use_simulated_device();
-  std::shared_ptr<parallel::Communicator> world = train::default_world();
   // Up to the first step every rank reads the same options and files, so a setup error is
   // the same on every rank: rank 0 reports it, the others only fail.
-  const bool reports = world->rank() == 0;
+  const bool reports = train::world_rank() == 0;
   std::unique_ptr<train::Trainer> trainer;
   try {
-    trainer = std::make_unique<train::Trainer>(options, world);
+    // The world on the options' device: MPI's for the CPU, NCCL's for CUDA (several ranks).
+    trainer = std::make_unique<train::Trainer>(options);
   } catch (const train::DeviceUnavailable& e) {
     if (reports) std::cerr << e.what() << "\n";
     return 2;  // not a usage error of the run itself: the machine lacks the device
@@ -174,7 +174,7 @@ int run_training(const TrainOptions& options) {
       }
     }
   } catch (const std::exception& e) {
-    if (world->size() > 1) abort_job(world->rank(), e.what());
+    if (trainer->world().size() > 1) abort_job(trainer->world().rank(), e.what());
     throw;
   }
   return r.interrupted ? 130 : 0;

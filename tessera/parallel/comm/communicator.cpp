@@ -63,7 +63,7 @@ std::shared_ptr<Work> Communicator::reduce_scatter_async(const Tensor& in, const
   TESSERA_CHECK(in.numel() == out.numel() * size() && in.dtype() == out.dtype() &&
                     in.device() == out.device(),
                 "reduce_scatter on group ", name_, ": input ", in.describe(), " must hold ", size(),
-                " chunks of the output ", out.describe());
+                " chunks of the output ", out.describe(), ", in its dtype and on its device");
   return do_reduce_scatter(in, out, op);
 }
 
@@ -73,7 +73,7 @@ std::shared_ptr<Work> Communicator::all_gather_async(const Tensor& in, const Ten
   TESSERA_CHECK(out.numel() == in.numel() * size() && in.dtype() == out.dtype() &&
                     in.device() == out.device(),
                 "all_gather on group ", name_, ": output ", out.describe(), " must hold ", size(),
-                " copies of the input ", in.describe());
+                " copies of the input ", in.describe(), ", in its dtype and on its device");
   return do_all_gather(in, out);
 }
 
