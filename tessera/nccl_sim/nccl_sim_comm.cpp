@@ -96,8 +96,8 @@ size_t type_bytes(ncclDataType_t type) {
 }
 
 const char* type_name(ncclDataType_t type) {
-  static const char* names[] = {"int8",    "uint8",   "int32",   "uint32",  "int64",
-                                "uint64",  "float16", "float32", "float64", "bfloat16"};
+  static const char* names[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
+                                "uint64", "float16", "float32", "float64", "bfloat16"};
   return type >= 0 && type <= ncclBfloat16 ? names[type] : "unknown type";
 }
 
@@ -108,8 +108,7 @@ void wait_all(std::vector<MPI_Request>& requests, const ncclComm& comm, const st
   long sleep_ns = 1000;
   for (int spins = 0;; ++spins) {
     int done = 0;
-    const int rc =
-        MPI_Testall(int(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
+    const int rc = MPI_Testall(int(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
     TESSERA_CHECK(rc == MPI_SUCCESS, "simulated NCCL: ", what, " on ", describe_rank(comm),
                   ": MPI failed with code ", rc);
     if (done) break;
@@ -212,8 +211,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
     return record_error(ncclInvalidArgument,
                         str_cat("ncclCommSplit: color ", color, " is negative"));
   MPI_Comm child;
-  MPI_Comm_split(comm->control, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key,
-                 &child);
+  MPI_Comm_split(comm->control, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &child);
   *newcomm = child == MPI_COMM_NULL ? nullptr : make_comm(child);
   return ncclSuccess;
 }

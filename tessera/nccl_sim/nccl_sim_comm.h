@@ -16,7 +16,7 @@ struct ncclComm {
   MPI_Comm data = MPI_COMM_NULL;
   MPI_Comm control = MPI_COMM_NULL;
   int rank = 0, size = 1;
-  uint64_t collectives = 0;  // issued so far: the sequence number in mismatch messages
+  uint64_t collectives = 0;        // issued so far: the sequence number in mismatch messages
   std::set<cudaStream_t> streams;  // used so far: ncclCommDestroy runs them first
 };
 

@@ -50,8 +50,8 @@ struct Call {
 };
 
 std::string describe(const Call& c) {
-  std::string s = str_cat(kind_name(Kind(c.kind)), " of ", c.count, " ",
-                          type_name(ncclDataType_t(c.type)));
+  std::string s =
+      str_cat(kind_name(Kind(c.kind)), " of ", c.count, " ", type_name(ncclDataType_t(c.type)));
   if (c.op >= 0) s += str_cat(" (", op_name(c.op), ")");
   if (c.root >= 0) s += str_cat(" from root ", c.root);
   return s;
@@ -60,8 +60,8 @@ std::string describe(const Call& c) {
 constexpr int kHeaderTag = 1, kDataTag = 2, kAckTag = 3;
 
 int mpi_bytes(size_t bytes, const char* what) {
-  TESSERA_CHECK(bytes <= size_t(std::numeric_limits<int>::max()), "simulated NCCL: ", what,
-                " of ", bytes, " bytes: at most 2 GiB per call");
+  TESSERA_CHECK(bytes <= size_t(std::numeric_limits<int>::max()), "simulated NCCL: ", what, " of ",
+                bytes, " bytes: at most 2 GiB per call");
   return int(bytes);
 }
 
@@ -126,8 +126,8 @@ void reduce_typed(ncclDataType_t type, const char* parts, int n, size_t count, n
 }
 
 bool reducible(ncclDataType_t type, ncclRedOp_t op) {
-  const bool floating = type == ncclFloat32 || type == ncclFloat64 || type == ncclBfloat16 ||
-                        type == ncclFloat16;
+  const bool floating =
+      type == ncclFloat32 || type == ncclFloat64 || type == ncclBfloat16 || type == ncclFloat16;
   const bool integer = type == ncclInt32 || type == ncclInt64;
   return (floating || (integer && op != ncclAvg)) && op >= ncclSum && op <= ncclAvg;
 }
@@ -177,7 +177,8 @@ void run_collective(ncclComm* comm, Call call, uint64_t sequence, const void* se
     }
     case Kind::all_gather: {
       // The input may be this rank's chunk of the output (in place): copy it out first.
-      std::vector<char> mine(static_cast<const char*>(send), static_cast<const char*>(send) + bytes);
+      std::vector<char> mine(static_cast<const char*>(send),
+                             static_cast<const char*>(send) + bytes);
       MPI_Iallgather(mine.data(), mpi_count, MPI_BYTE, recv, mpi_count, MPI_BYTE, comm->data,
                      &requests[0]);
       wait_all(requests, *comm, what);
@@ -235,11 +236,11 @@ void run_group(const std::vector<Transfer>& group) {
   for (size_t i = 0; i < group.size(); ++i) {
     const Transfer& t = group[i];
     if (mine[i].bytes != theirs[i].bytes || mine[i].type != theirs[i].type)
-      fail_on_stream(str_cat(
-          "simulated NCCL: ", t.send ? "ncclSend" : "ncclRecv", " on ", describe_rank(comm),
-          " ", t.send ? "to" : "from", " rank ", t.peer, " does not match its peer's: ",
-          t.count, " ", type_name(t.type), " here, ", theirs[i].bytes, " bytes of ",
-          type_name(ncclDataType_t(theirs[i].type)), " there"));
+      fail_on_stream(str_cat("simulated NCCL: ", t.send ? "ncclSend" : "ncclRecv", " on ",
+                             describe_rank(comm), " ", t.send ? "to" : "from", " rank ", t.peer,
+                             " does not match its peer's: ", t.count, " ", type_name(t.type),
+                             " here, ", theirs[i].bytes, " bytes of ",
+                             type_name(ncclDataType_t(theirs[i].type)), " there"));
   }
   // Round 2: the data.
   for (const Transfer& t : group) {
@@ -325,8 +326,7 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream) {
-  return add_transfer(
-      {true, const_cast<void*>(sendbuff), count, datatype, peer, comm, stream});
+  return add_transfer({true, const_cast<void*>(sendbuff), count, datatype, peer, comm, stream});
 }
 
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,

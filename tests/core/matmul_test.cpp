@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "support/error_of.h"
 #include "tessera/tessera.h"
 
 namespace tessera {
@@ -74,14 +75,7 @@ Tensor reference(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   return ::testing::AssertionFailure() << r.message;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using tessera::testing::error_of;
 
 TEST(Matmul, InnerDimMismatchNamesBothShapesAndFlags) {
   Tensor a = zeros({2, 3}), b = zeros({4, 5});

@@ -4,9 +4,9 @@
 // only when something needs it, the communication stream as late as possible), so a missing
 // event between the compute and the communication streams shows as a wrong number. Where it
 // is real NCCL, the same cases run on GPUs (one per rank) in the device check: CudaLayoutN1 on
-// one GPU (the engine's steps through a one-rank NCCL communicator), the others on 2-8. Each layout trains a few steps of a tiny GPT on Device::cuda() and
-// is compared with one CPU process on the same global batches: per-step losses and the
-// gathered master weights, in fp32 and bf16.
+// one GPU (the engine's steps through a one-rank NCCL communicator), the others on 2-8. Each layout
+// trains a few steps of a tiny GPT on Device::cuda() and is compared with one CPU process on the
+// same global batches: per-step losses and the gathered master weights, in fp32 and bf16.
 //
 // Tolerances are the CPU suites' (layout_equivalence_test.cpp, layout_precision_test.cpp),
 // over fewer steps. fp32: 1e-5 relative; the CUDA kernels regroup sums as the layouts do
@@ -27,6 +27,7 @@
 
 #include "nn/tiny_models.h"
 #include "parallel/layout_test_util.h"
+#include "parallel/nccl_test_device.h"
 #include "tessera/cuda/cuda.h"
 #if defined(TESSERA_NCCL_SIMULATED)
 #include "tessera/cuda/sim/streams.h"
@@ -49,27 +50,6 @@ constexpr const char* kDevice = "simulated cuda";
 #else
 constexpr const char* kDevice = "cuda";
 #endif
-
-// This rank's device, or why the case cannot run here.
-std::string open_device() {
-#if defined(TESSERA_NCCL_SIMULATED)
-  cuda::use_simulated_device();
-  return "";
-#else
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int local = 0, local_size = 1;
-  MPI_Comm_rank(node, &local);
-  MPI_Comm_size(node, &local_size);
-  MPI_Comm_free(&node);
-  const int gpus = cuda::device_count();
-  if (local_size > gpus)
-    return str_cat(local_size, " ranks on this node but ", gpus, " GPU(s): NCCL allows one rank ",
-                   "per GPU (the device check runs these on GPUs)");
-  cuda::init_device(local);
-  return "";
-#endif
-}
 
 LayoutRun run_on_cuda_ranks(const nn::GPTConfig& model, const ParallelConfig& p) {
 #if defined(TESSERA_NCCL_SIMULATED)
@@ -103,17 +83,17 @@ double model_error(const nn::StateDict& got, const nn::StateDict& ref) {
 }
 
 void expect_matches_cpu(const LayoutCase& c, nn::Precision precision) {
-  const std::string unavailable = open_device();
+  const std::string unavailable = testing::open_nccl_device();
   if (!unavailable.empty()) GTEST_SKIP() << unavailable;
   nn::testing::OneThread one_thread;
   ParallelConfig p = testing::case_config(c);
   p.precision = precision;
   const nn::GPTConfig model = testing::case_model(c);
   const bool bf16 = precision == nn::Precision::bf16;
-  const std::string what = str_cat(c.gpt2 ? "gpt2 " : "llama ", p.describe(),
-                                   bf16 ? "" : ", fp32", " on ", kDevice);
-  const LayoutRun ref = bf16 ? testing::run_single(model, p, kSteps)
-                             : testing::run_reference(model, p, kSteps);
+  const std::string what =
+      str_cat(c.gpt2 ? "gpt2 " : "llama ", p.describe(), bf16 ? "" : ", fp32", " on ", kDevice);
+  const LayoutRun ref =
+      bf16 ? testing::run_single(model, p, kSteps) : testing::run_reference(model, p, kSteps);
   const LayoutRun got = run_on_cuda_ranks(model, p);
   ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
   double worst_loss = 0;

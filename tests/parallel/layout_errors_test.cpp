@@ -8,6 +8,7 @@
 
 #include "nn/tiny_models.h"
 #include "parallel/layout_test_util.h"
+#include "support/error_of.h"
 
 namespace tessera::parallel {
 namespace {
@@ -16,14 +17,7 @@ using testing::layout_config;
 using testing::layout_gpt2;
 using testing::layout_llama;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using tessera::testing::error_of;
 
 // layout_error is a pure function of the config, the model and the world size.
 TEST(LayoutErrorsN1, EachMisfitIsOneLineNamingTheSizes) {

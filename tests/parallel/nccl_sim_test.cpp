@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "support/error_of.h"
 #include "tessera/cuda/cuda.h"
 #include "tessera/cuda/sim/streams.h"
 #include "tessera/parallel/comm/nccl_communicator.h"
@@ -42,14 +43,7 @@ std::vector<float> host(const Tensor& t) {
   return to_vector<float>(ops::cast(ops::to(t, Device::cpu()), DType::f32));
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using tessera::testing::error_of;
 
 TEST(NcclSimN2, MismatchedCallsAreRefusedOnEveryRankInOneLine) {
   auto c = world();
@@ -68,8 +62,10 @@ TEST(NcclSimN2, MismatchedCallsAreRefusedOnEveryRankInOneLine) {
   // Another collective on each rank: all-reduce against all-gather.
   msg = error_of([&] {
     Tensor x = zeros({4}, DType::f32, Device::cuda());
-    if (r == 0) c->all_reduce(x);
-    else c->all_gather(zeros({2}, DType::f32, Device::cuda()), x);
+    if (r == 0)
+      c->all_reduce(x);
+    else
+      c->all_gather(zeros({2}, DType::f32, Device::cuda()), x);
     host(x);
   });
   EXPECT_NE(msg.find("ncclAllGather of 2 float32"), std::string::npos) << msg;
@@ -77,8 +73,10 @@ TEST(NcclSimN2, MismatchedCallsAreRefusedOnEveryRankInOneLine) {
   // A send of 3 against a receive of 4: both ranks refuse it.
   msg = error_of([&] {
     Tensor x = zeros({3 + r}, DType::f32, Device::cuda());
-    if (r == 0) c->send(x, 1);
-    else c->recv(x, 0);
+    if (r == 0)
+      c->send(x, 1);
+    else
+      c->recv(x, 0);
     host(x);
   });
   EXPECT_NE(msg.find("does not match its peer's"), std::string::npos) << msg;

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "parallel/nccl_test_device.h"
+#include "support/error_of.h"
 #include "tessera/cuda/cuda.h"
 #include "tessera/parallel/comm/nccl_communicator.h"
 #include "tessera/tessera.h"
@@ -32,33 +34,10 @@ int world_size() {
   return n;
 }
 
-// The GPU this rank uses: its rank among the ranks on its node. Empty when there are too few.
-// A simulated build gives every rank its own simulated device.
-std::string pick_device() {
-#if defined(TESSERA_NCCL_SIMULATED)
-  cuda::use_simulated_device();
-  return "";
-#else
-  const int devices = cuda::device_count();
-  if (devices == 0) return "no CUDA device is visible; the device check runs these tests";
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int local = 0, local_size = 1;
-  MPI_Comm_rank(node, &local);
-  MPI_Comm_size(node, &local_size);
-  MPI_Comm_free(&node);
-  if (local_size > devices)
-    return str_cat(local_size, " ranks on this node but ", devices,
-                   " GPU(s): NCCL allows one rank per GPU");
-  cuda::init_device(local);
-  return "";
-#endif
-}
-
 #define NCCL_TEST_NEEDS_GPUS(ranks)                                              \
   do {                                                                           \
     if (world_size() != (ranks)) GTEST_SKIP() << "needs mpiexec -n " << (ranks); \
-    const std::string reason = pick_device();                                    \
+    const std::string reason = testing::open_nccl_device();                      \
     if (!reason.empty()) GTEST_SKIP() << reason;                                 \
   } while (0)
 
@@ -77,14 +56,7 @@ std::vector<double> iota(int64_t n, double base, double scale = 1.0) {
   return v;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using tessera::testing::error_of;
 
 #if defined(TESSERA_HAS_CUDA)
 TEST(NcclN1, WithoutGpuCreationFailsWithOneClearLine) {

@@ -19,6 +19,7 @@
 #include <map>
 #include <thread>
 
+#include "support/error_of.h"
 #include "tessera/parallel/comm/local_communicator.h"
 #include "tessera/parallel/comm/mpi_communicator.h"
 #include "tessera/parallel/mesh.h"
@@ -339,14 +340,7 @@ class FixedStage final : public PipelineStage {
   Tensor out_;
 };
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using tessera::testing::error_of;
 
 TEST(PipelineExecutorN1, RejectsMismatchedGroupsShapesAndLosses) {
   LocalCommunicator pp("pp");

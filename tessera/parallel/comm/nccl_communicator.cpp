@@ -141,10 +141,12 @@ class NcclWork final : public Work {
                     ncclGetLastError(comm_.get()), ")");
       return false;
     };
-    poll_until_done(done, timeout_, start_, [this] { return what_; }, [this] {
-      ncclCommAbort(comm_.get());
-      MPI_Abort(MPI_COMM_WORLD, 124);
-    });
+    poll_until_done(
+        done, timeout_, start_, [this] { return what_; },
+        [this] {
+          ncclCommAbort(comm_.get());
+          MPI_Abort(MPI_COMM_WORLD, 124);
+        });
   }
 
  private:
@@ -312,9 +314,8 @@ std::shared_ptr<Work> NcclCommunicator::do_all_gather(const Tensor& input, const
     return launch("all_gather", describe_call("all_gather", in), {in, out}, wait_,
                   [&](cudaStream_t stream) {
                     TESSERA_NCCL_CHECK(ncclAllGather(in.data_ptr("all_gather"),
-                                                     out.data_ptr("all_gather"),
-                                                     size_t(in.numel()), nccl_type(in.dtype()),
-                                                     comm, stream));
+                                                     out.data_ptr("all_gather"), size_t(in.numel()),
+                                                     nccl_type(in.dtype()), comm, stream));
                   });
   });
 }
@@ -323,12 +324,11 @@ std::shared_ptr<Work> NcclCommunicator::do_broadcast(const Tensor& tensor, int r
   return run("broadcast", {tensor}, {tensor}, [&](const std::vector<Tensor>& t) {
     const Tensor& x = t[0];
     ncclComm_t comm = comm_.get();
-    return launch("broadcast", describe_call("broadcast", x), {x}, wait_,
-                  [&](cudaStream_t stream) {
-                    void* p = x.data_ptr("broadcast");
-                    TESSERA_NCCL_CHECK(ncclBroadcast(p, p, size_t(x.numel()),
-                                                     nccl_type(x.dtype()), root, comm, stream));
-                  });
+    return launch("broadcast", describe_call("broadcast", x), {x}, wait_, [&](cudaStream_t stream) {
+      void* p = x.data_ptr("broadcast");
+      TESSERA_NCCL_CHECK(
+          ncclBroadcast(p, p, size_t(x.numel()), nccl_type(x.dtype()), root, comm, stream));
+    });
   });
 }
 

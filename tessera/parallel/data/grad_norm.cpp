@@ -4,6 +4,7 @@
 
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/ops/creation.h"
+#include "tessera/core/ops/movement.h"
 #include "tessera/core/ops/reduction.h"
 
 namespace tessera::parallel {
@@ -16,13 +17,14 @@ bool counts_in_norm(const nn::ParamMeta& meta, int tp_rank) {
 GradNorm global_grad_norm(const std::vector<Tensor>& pieces,
                           const std::vector<Communicator*>& groups) {
   NoGradGuard no_grad;
-  double local = 0.0;
-  if (!pieces.empty()) local = double(ops::squared_norm(pieces).item<float>());
-  Tensor total = scalar_tensor(local, DType::f64);
+  // The sum stays where the gradients are (over NCCL, on the device: one host read at the
+  // end), widened to f64 so that the ranks' partial sums add without rounding to f32.
+  Tensor total = pieces.empty() ? scalar_tensor(0.0, DType::f64)
+                                : ops::cast(ops::squared_norm(pieces), DType::f64);
   for (Communicator* g : groups)
     if (g != nullptr) g->all_reduce(total);
   GradNorm out;
-  out.norm = std::sqrt(total.item<double>());
+  out.norm = std::sqrt(ops::to(total, Device::cpu()).item<double>());
   out.finite = std::isfinite(out.norm);
   return out;
 }
