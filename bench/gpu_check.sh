@@ -167,6 +167,8 @@ stage_build() {
   local cuda=(-DTESSERA_WITH_CUDA=OFF)
   [ -n "$nvcc" ] && cuda=(-DTESSERA_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc"
                           -DTESSERA_CUDA_ARCHITECTURES="$ARCH")
+  # Real NCCL on the GPU machine (auto would look for nvidia-smi under the hidden /usr).
+  [ "$REHEARSE" = 0 ] && nccl+=(-DTESSERA_NCCL=real)
   if [ "$REHEARSE" = 0 ] && [ -z "$nvcc" ]; then
     row "configure" failed "no nvcc on PATH or in /usr/local/cuda/bin"
     return
