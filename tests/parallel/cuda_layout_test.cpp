@@ -6,13 +6,15 @@
 // is real NCCL, the same cases run on GPUs (one per rank) in the device check: CudaLayoutN1 on
 // one GPU (the engine's steps through a one-rank NCCL communicator), the others on 2-8. Each layout
 // trains a few steps of a tiny GPT on Device::cuda() and is compared with one CPU process on the
-// same global batches: per-step losses and the gathered master weights, in fp32 and bf16.
+// same global batches: per-step losses and the gathered master weights, in fp32 and bf16
+// (every case), and fp16 with its loss scaler (dp2, tp2 and pp2).
 //
 // Tolerances are the CPU suites' (layout_equivalence_test.cpp, layout_precision_test.cpp),
 // over fewer steps. fp32: 1e-5 relative; the CUDA kernels regroup sums as the layouts do
 // (blocked reductions, tiled matmuls), about 1e-7 relative per op, and three steps add three
 // such errors. bf16: kLossTol = u/8 per step and 0.02 on the whole model's master weights,
-// derived there from bf16's unit roundoff u = 2^-9.
+// derived there from bf16's unit roundoff u = 2^-9. fp16 is held to the same bounds: its unit
+// roundoff 2^-11 is a quarter of bf16's, and at these small activations nothing overflows.
 //
 // Three steps: the first checks forward and backward from equal weights, the next two that the
 // optimizer's sharded state (ZeRO) carries between steps. The simulator runs every kernel on
@@ -89,7 +91,7 @@ void expect_matches_cpu(const LayoutCase& c, nn::Precision precision) {
   ParallelConfig p = testing::case_config(c);
   p.precision = precision;
   const nn::GPTConfig model = testing::case_model(c);
-  const bool bf16 = precision == nn::Precision::bf16;
+  const bool bf16 = precision != nn::Precision::fp32;  // a 16-bit run: bf16 or fp16
   const std::string what =
       str_cat(c.gpt2 ? "gpt2 " : "llama ", p.describe(), bf16 ? "" : ", fp32", " on ", kDevice);
   const LayoutRun ref =
@@ -132,14 +134,14 @@ TEST(CudaLayoutN1, OneRankThroughNccl) {
 }
 
 TEST(CudaLayoutN2, DataParallelZero0And3) {
-  for (nn::Precision precision : {nn::Precision::fp32, nn::Precision::bf16}) {
+  for (nn::Precision precision : {nn::Precision::fp32, nn::Precision::bf16, nn::Precision::fp16}) {
     expect_matches_cpu({{2, 1, 1}, 0, k1F1B, 1, 1}, precision);
     expect_matches_cpu({{2, 1, 1}, 3, k1F1B, 1, 2, false, true}, precision);
   }
 }
 
 TEST(CudaLayoutN2, TensorParallelSequenceParallel) {
-  for (nn::Precision precision : {nn::Precision::fp32, nn::Precision::bf16})
+  for (nn::Precision precision : {nn::Precision::fp32, nn::Precision::bf16, nn::Precision::fp16})
     expect_matches_cpu({{1, 1, 2}, 0, k1F1B, 1, 2, true}, precision);
 }
 
@@ -148,6 +150,7 @@ TEST(CudaLayoutN2, Pipeline1F1BAndInterleaved) {
     expect_matches_cpu({{1, 2, 1}, 0, k1F1B, 1, 2, false, true}, precision);
     expect_matches_cpu({{1, 2, 1}, 0, kInterleaved, 2, 4}, precision);
   }
+  expect_matches_cpu({{1, 2, 1}, 0, k1F1B, 1, 2, false, true}, nn::Precision::fp16);
 }
 
 TEST(CudaLayoutN4, TensorAndPipelineParallel) {
