@@ -34,9 +34,8 @@ ModuleEngine::ModuleEngine(std::shared_ptr<parallel::Communicator> world, Module
                 "ModuleEngine: the model, its optimizer and its loss are all required");
   TESSERA_CHECK(config_.micro_batches >= 1, "ModuleEngine: micro_batches must be >= 1, got ",
                 config_.micro_batches);
-  TESSERA_CHECK(world_->size() == 1 || config_.device.is_cpu(),
-                "ModuleEngine: data parallelism over ", world_->size(), " ranks carries CPU ",
-                "gradients; the model is on ", config_.device);
+  // Gradients on a CUDA device need a world that carries them (the NCCL communicator); the
+  // MPI communicator refuses them in one line at the first all-reduce.
   const bool mixed = config_.precision != nn::Precision::fp32;
   TESSERA_CHECK(mixed == (parts_.compute != nullptr), "ModuleEngine: precision ",
                 nn::precision_name(config_.precision),

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "tessera/core/error.h"
+#include "tessera/train/device.h"
 
 #include "tessera/parallel/comm/local_communicator.h"
 #if TESSERA_HAS_MPI
@@ -12,6 +13,7 @@
 #include "tessera/parallel/comm/mpi_communicator.h"
 #endif
 #if TESSERA_HAS_NCCL
+#include "tessera/cuda/stream_order.h"
 #include "tessera/parallel/comm/nccl_communicator.h"
 #endif
 
@@ -27,12 +29,26 @@ std::shared_ptr<parallel::Communicator> default_world(Device device) {
     if (world->size() > 1) {
       if (device.is_cpu()) return world;
 #if TESSERA_HAS_NCCL
+      // Real NCCL cannot carry the simulator's memory, nor the simulated NCCL a GPU's.
+#if defined(TESSERA_NCCL_SIMULATED)
+      constexpr bool kSimulatedNccl = true;
+#else
+      constexpr bool kSimulatedNccl = false;
+#endif
+      const bool simulated_device = cuda::stream_order().simulated();
+      if (simulated_device != kSimulatedNccl)
+        throw DeviceUnavailable(str_cat(
+            "tessera train: ", world->size(), " ranks on ",
+            simulated_device ? "simulated GPUs (--device cuda-sim)" : "GPUs (--device cuda)",
+            " need a build whose NCCL is ", simulated_device ? "simulated" : "real",
+            "; this one was configured with TESSERA_NCCL=", kSimulatedNccl ? "simulated" : "real",
+            " (reconfigure with -DTESSERA_NCCL=", simulated_device ? "simulated" : "real", ")"));
       return parallel::NcclCommunicator::create(MPI_COMM_WORLD, "world");
 #else
-      detail::throw_error("train: ", world->size(), " ranks on ", device.to_string(),
-                          ": CUDA tensors travel over NCCL, and this build has no NCCL ",
-                          "communicator (configure with -DTESSERA_NCCL=real on GPUs, or ",
-                          "simulated for simulated devices)");
+      throw DeviceUnavailable(str_cat(
+          "tessera train: ", world->size(), " ranks on ", device.to_string(),
+          ": CUDA tensors travel over NCCL, and this build has no NCCL communicator ",
+          "(configure with -DTESSERA_NCCL=real on GPUs, or simulated for simulated devices)"));
 #endif
     }
   }
