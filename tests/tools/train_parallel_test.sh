@@ -16,8 +16,9 @@
 #      its gradient averaging removed, checked once); SGD under tp2 is refused;
 #   8. on simulated GPUs (--device cuda-sim, the simulated NCCL between the ranks), bf16
 #      dp2 x tp2 tracks one CPU process in bf16 within the bf16 bound of 4., the per-rank device
-#      memory is logged, and `mpiexec -n 1` equals a plain run bit for bit; a build whose NCCL
-#      is real refuses it in one line.
+#      memory is logged, an interleaved pp2 with validation and SGD dp2 match one process
+#      within 1e-5, and `mpiexec -n 1` equals a plain run bit for bit; a build whose NCCL is
+#      real refuses it in one line.
 # Usage: train_parallel_test.sh <tessera> <mpiexec> <numproc flag> <scratch dir> <nccl kind>
 set -euo pipefail
 tessera=$1 mpiexec=$2 np=$3 dir=$4 nccl=${5:-off}
@@ -198,6 +199,13 @@ if [ "$nccl" = simulated ]; then
   [ "$(losses "$dir/sim_n1")" = "$(losses "$dir/sim_plain")" ] ||
     fail "on cuda-sim, mpiexec -n 1 and a plain run differ: $(losses "$dir/sim_n1" | tr '\n' ' ') vs $(losses "$dir/sim_plain" | tr '\n' ' ')"
   echo "cuda-sim: mpiexec -n 1 and a plain run bit-identical"
+  # An interleaved pipeline with validation on simulated GPUs (its transfers in NCCL's order,
+  # the evaluation micro-batch by micro-batch), fp32 against one CPU process.
+  "$mpiexec" "$np" 2 "$tessera" train "${common[@]}" "${val[@]}" --max-steps 4 --device cuda-sim \
+    --pp 2 --virtual-stages 2 --schedule interleaved --microbatches 2 \
+    --run-dir "$dir/sim_pp2" >/dev/null
+  compare "pp2 interleaved on simulated GPUs" "$dir/ref" "$dir/sim_pp2"
+  compare "pp2 interleaved on simulated GPUs, validation" "$dir/ref" "$dir/sim_pp2" val_loss 2
   # The data-parallel engine on simulated GPUs: its gradients averaged over the NCCL world.
   "$mpiexec" "$np" 2 "$tessera" train "${common[@]}" --optimizer sgd --max-steps 4 --dp 2 \
     --device cuda-sim --run-dir "$dir/sim_sgd_dp2" >/dev/null

@@ -56,34 +56,44 @@ double forward_only_loss(const std::vector<std::shared_ptr<nn::GPT>>& chunks, Co
   double loss_sum = 0;
   std::vector<Tensor> handed(static_cast<size_t>(M));  // p == 1: the previous chunk's outputs
   std::vector<std::pair<std::shared_ptr<Work>, Tensor>> sends;
-  for (int c = 0; c < v; ++c) {
+  auto run = [&](int c, int m) {
     const int stage = c * p + rank;
     const nn::GPT& chunk = *chunks[size_t(c)];
-    for (int m = 0; m < M; ++m) {
-      Tensor x;
-      if (stage == 0) {
-        x = rows(inputs, m);
-      } else if (p == 1) {
-        x = std::move(handed[size_t(m)]);
-      } else {
-        x = empty(activation, chunk.dtype());
-        pp.recv_async(x, (stage - 1) % p, kEvalTag + stage)->wait();
-      }
-      if (stage == last) {
-        loss_sum += chunk.forward_stage(x, rows(targets, m), spec.ignore_index).item<double>();
-        continue;
-      }
-      Tensor out = ops::contiguous(chunk.forward_stage(x));
-      TESSERA_CHECK(out.shape() == activation, "forward_only_loss: model stage ", stage, " made ",
-                    out.describe(), " but the next stage receives ", activation.to_string());
-      if (p == 1) {
-        handed[size_t(m)] = std::move(out);
-      } else {
-        sends.emplace_back(pp.send_async(out, (stage + 1) % p, kEvalTag + stage + 1), out);
-        // Drop the sends that have completed, so their buffers are freed during the pass.
-        std::erase_if(sends, [](auto& entry) { return entry.first->test(); });
-      }
+    Tensor x;
+    if (stage == 0) {
+      x = rows(inputs, m);
+    } else if (p == 1) {
+      x = std::move(handed[size_t(m)]);
+    } else {
+      x = empty(activation, chunk.dtype(), inputs.device());
+      pp.recv_async(x, (stage - 1) % p, kEvalTag + stage)->wait();
     }
+    if (stage == last) {
+      loss_sum += chunk.forward_stage(x, rows(targets, m), spec.ignore_index).item<double>();
+      return;
+    }
+    Tensor out = ops::contiguous(chunk.forward_stage(x));
+    TESSERA_CHECK(out.shape() == activation, "forward_only_loss: model stage ", stage, " made ",
+                  out.describe(), " but the next stage receives ", activation.to_string());
+    if (p == 1) {
+      handed[size_t(m)] = std::move(out);
+    } else {
+      sends.emplace_back(pp.send_async(out, (stage + 1) % p, kEvalTag + stage + 1), out);
+      // Drop the sends that have completed, so their buffers are freed during the pass.
+      std::erase_if(sends, [](auto& entry) { return entry.first->test(); });
+    }
+  };
+  // Over MPI's asynchronous sends, chunk by chunk: stage 0 runs ahead on every micro-batch.
+  // Over NCCL a send holds its stream until its receive is issued, and with v > 1 chunks that
+  // order deadlocks (rank 0 sends micro-batch 1 to rank 1 while rank 1 sends micro-batch 0 of
+  // its first chunk back); micro-batch by micro-batch, each transfer's receive is the next
+  // transfer its peer issues, so every pair completes in turn. The losses are the same sums.
+  if (pp.transfers_in_issue_order()) {
+    for (int m = 0; m < M; ++m)
+      for (int c = 0; c < v; ++c) run(c, m);
+  } else {
+    for (int c = 0; c < v; ++c)
+      for (int m = 0; m < M; ++m) run(c, m);
   }
   for (auto& [work, tensor] : sends) work->wait();
   // Only the last model stage's rank has a loss; the others add zeros, which keeps it exact.
