@@ -10,7 +10,7 @@
 // tessera::ops::* are the same ops without autograd recording.
 
 #include "tessera/core/backend.h"
-#include "tessera/core/cpu/parallel.h"
+#include "tessera/core/threads.h"
 #include "tessera/core/device.h"
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"

@@ -3,7 +3,6 @@
 #include <array>
 #include <atomic>
 
-#include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/error.h"
 
 namespace tessera {
@@ -139,7 +138,7 @@ std::array<std::atomic<Backend*>, 2>& registry() {
 }  // namespace
 
 Backend& backend_for(Device device) {
-  if (device.is_cpu()) return cpu_backend();
+  if (device.is_cpu()) return detail::host_backend();
   Backend* backend = registry()[size_t(device.type)].load();
   TESSERA_CHECK(backend != nullptr, "device ", device,
                 " is not available: this build has no backend registered for it (was Tessera "

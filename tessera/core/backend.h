@@ -173,6 +173,12 @@ class Backend {
 
 // The backend that owns `device`. The CPU backend always exists; others register themselves.
 Backend& backend_for(Device device);
+
+namespace detail {
+// The CPU backend, which core/cpu/ implements (cpu_backend.cpp): declared here so that the
+// registry needs nothing from the folder below it.
+Backend& host_backend();
+}  // namespace detail
 // Installs the backend for a device type (the CUDA library calls this when loaded).
 void register_backend(DeviceType type, Backend* backend);
 

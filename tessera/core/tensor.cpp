@@ -2,8 +2,8 @@
 
 #include <ostream>
 
-#include "tessera/core/ops/creation.h"
-#include "tessera/core/ops/movement.h"
+#include "tessera/core/backend.h"
+#include "tessera/core/empty.h"
 
 namespace tessera {
 
@@ -62,7 +62,11 @@ const Tensor& Tensor::set_requires_grad(bool value) const {
 template <class T>
 T Tensor::item() const {
   TESSERA_CHECK(numel() == 1, "item: expected a tensor with one element, got ", describe());
-  Tensor host = device().is_cpu() ? *this : ops::to(*this, Device::cpu());
+  Tensor host = *this;
+  if (!device().is_cpu()) {
+    host = empty(shape(), dtype(), Device::cpu());
+    backend_for(device()).copy_host(*this, host);
+  }
   return dispatch_all(dtype(), "item", [&]<class S>() -> T {
     const S* p = static_cast<const S*>(host.data_ptr("item"));
     if constexpr (std::is_same_v<S, BFloat16> || std::is_same_v<S, Half>) {

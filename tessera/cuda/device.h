@@ -23,6 +23,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/cuda/sim/hardware_limits.h"
+#include "tessera/cuda/sim/mma_layout.h"
 
 #if defined(__CUDACC__)
 
@@ -72,31 +73,7 @@ template <class T>
 using SharedPtr = sim::SharedArray<T>;
 #endif
 
-// Fragment layouts of mma.sync.aligned.m16n8k16.row.col with 16-bit inputs and f32
-// accumulators (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type").
-// Per lane: A (16x16) is 8 elements a0..a7 in 4 .b32 registers (element i in register i/2, the
-// even one in the low half); B (16x8, k by n) is b0..b3 in 2 registers; C and D (16x8) are
-// c0..c3 in 4 floats. Each function gives the matrix row or column of element i of `lane`.
-struct MmaLayout {
-  __host__ __device__ static constexpr int group(int lane) { return lane >> 2; }
-  __host__ __device__ static constexpr int thread_in_group(int lane) { return lane & 3; }
-  __host__ __device__ static constexpr int a_row(int lane, int i) {
-    return group(lane) + ((i & 2) ? 8 : 0);
-  }
-  __host__ __device__ static constexpr int a_col(int lane, int i) {
-    return thread_in_group(lane) * 2 + (i & 1) + ((i & 4) ? 8 : 0);
-  }
-  __host__ __device__ static constexpr int b_row(int lane, int i) {
-    return thread_in_group(lane) * 2 + (i & 1) + ((i & 2) ? 8 : 0);
-  }
-  __host__ __device__ static constexpr int b_col(int lane, int /*i*/) { return group(lane); }
-  __host__ __device__ static constexpr int c_row(int lane, int i) {
-    return group(lane) + ((i & 2) ? 8 : 0);
-  }
-  __host__ __device__ static constexpr int c_col(int lane, int i) {
-    return thread_in_group(lane) * 2 + (i & 1);
-  }
-};
+// MmaLayout, the fragment layouts of mma.sync m16n8k16: tessera/cuda/sim/mma_layout.h.
 
 // Two 16-bit values in one .b32 fragment register, `lo` in the low half.
 __host__ __device__ inline uint32_t pack_bf16x2(__nv_bfloat16 lo, __nv_bfloat16 hi) {

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "tessera/core/allocator.h"
-#include "tessera/core/cpu/parallel.h"
+#include "tessera/core/threads.h"
 #include "tessera/core/file_io.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"

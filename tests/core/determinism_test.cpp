@@ -6,6 +6,7 @@
 
 #include <functional>
 
+#include "tessera/core/cpu/parallel.h"
 #include "tessera/tessera.h"
 
 namespace tessera {

@@ -64,7 +64,7 @@ struct HostTensor {
 void for_each_index(const Shape& shape, const std::function<void(const std::vector<int64_t>&)>& f);
 
 struct OpCase {
-  std::string name;  // the op's name in DESIGN.md's op set
+  std::string name;  // the op's name in the harness's op set (harness_test.cpp)
   // Inputs for one trial, floating ones in `dtype` (f32 for the forward check, f64 for
   // gradcheck); the same seed gives the same shapes and values in both dtypes.
   std::function<std::vector<Tensor>(CaseRng&, DType)> make_inputs;

@@ -140,7 +140,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, OpOnDevice, ::testing::ValuesIn(case_names(false))
 INSTANTIATE_TEST_SUITE_P(Ops, OpOnDeviceBf16, ::testing::ValuesIn(case_names(false, true)),
                          param_name);
 
-// DESIGN.md: a new op needs an op-harness case before it counts. This is the op set.
+// A new op needs an op-harness case before it counts. This is the op set.
 TEST(OpHarnessCoverage, EveryOpInTheOpSetHasACase) {
   const std::vector<std::string> op_set = {
       // creation

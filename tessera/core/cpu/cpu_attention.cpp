@@ -36,10 +36,10 @@
 #include <limits>
 #include <type_traits>
 
-#include "tessera/core/cpu/convert.h"
+#include "tessera/core/element_convert.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/parallel.h"
-#include "tessera/core/ops/creation.h"
+#include "tessera/core/empty.h"
 
 namespace tessera {
 
@@ -84,7 +84,7 @@ ConstMatMap<A> load_rows(const Heads<T>& x, int64_t b, int64_t h, int64_t r0, in
     return ConstMatMap<A>(p, n, D, Eigen::OuterStride<>(x.st));
   } else {
     for (int64_t r = 0; r < n; ++r)
-      for (int64_t d = 0; d < D; ++d) buf[r * D + d] = cpu::load(p + r * x.st + d);
+      for (int64_t d = 0; d < D; ++d) buf[r * D + d] = element::load(p + r * x.st + d);
     return ConstMatMap<A>(buf, n, D, Eigen::OuterStride<>(D));
   }
 }
@@ -95,7 +95,7 @@ void store_rows(const Heads<T>& x, int64_t b, int64_t h, int64_t r0, int64_t n, 
                 const A* src, A factor) {
   for (int64_t r = 0; r < n; ++r) {
     T* p = x.row(b, h, r0 + r);
-    for (int64_t d = 0; d < D; ++d) cpu::store(p + d, src[r * D + d] * factor);
+    for (int64_t d = 0; d < D; ++d) element::store(p + d, src[r * D + d] * factor);
   }
 }
 
@@ -230,7 +230,7 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
       const T* o = O.row(bh / H, bh % H, i);
       const T* g = dO.row(bh / H, bh % H, i);
       A sum = 0;
-      for (int64_t d = 0; d < D; ++d) sum += cpu::load(o + d) * cpu::load(g + d);
+      for (int64_t d = 0; d < D; ++d) sum += element::load(o + d) * element::load(g + d);
       delta[row] = sum;
     }
   });

@@ -9,4 +9,8 @@ CpuBackend& cpu_backend() {
   return *backend;
 }
 
+Backend& detail::host_backend() {
+  return cpu_backend();
+}
+
 }  // namespace tessera

@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "tessera/core/cpu/convert.h"
+#include "tessera/core/element_convert.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/strided_loop.h"
 
@@ -34,9 +34,9 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
         D* o = dp + off[0];
         const S* i = sp + off[1];
         if (st[0] == 1 && st[1] == 1) {
-          for (int64_t j = 0; j < n; ++j) o[j] = cpu::convert<D>(i[j]);
+          for (int64_t j = 0; j < n; ++j) o[j] = element::convert<D>(i[j]);
         } else {
-          for (int64_t j = 0; j < n; ++j) o[j * st[0]] = cpu::convert<D>(i[j * st[1]]);
+          for (int64_t j = 0; j < n; ++j) o[j * st[0]] = element::convert<D>(i[j * st[1]]);
         }
       });
     });
@@ -52,7 +52,7 @@ void CpuBackend::fill(const Tensor& dst, double value) {
   char* d = base_ptr(dst, "fill");
   cpu::StridedLoop<1> loop(dst.shape(), {dst.strides()});
   dispatch_all(dst.dtype(), "fill", [&]<class D>() {
-    const D v = cpu::convert<D>(value);
+    const D v = element::convert<D>(value);
     D* dp = reinterpret_cast<D*>(d);
     loop.for_each_row([&](std::array<int64_t, 1> off, int64_t n, std::array<int64_t, 1> st) {
       D* o = dp + off[0];
@@ -65,7 +65,7 @@ void CpuBackend::arange(const Tensor& dst, double start, double step) {
   dispatch_all(dst.dtype(), "arange", [&]<class D>() {
     D* o = dst.data<D>("arange");
     cpu::parallel_for(dst.numel(), 1 << 16, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) o[i] = cpu::convert<D>(start + double(i) * step);
+      for (int64_t i = b; i < e; ++i) o[i] = element::convert<D>(start + double(i) * step);
     });
   });
 }

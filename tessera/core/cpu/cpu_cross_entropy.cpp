@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "tessera/core/cpu/convert.h"
+#include "tessera/core/element_convert.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/parallel.h"
 
@@ -56,7 +56,7 @@ const A* load_row(const T* p, int64_t n, A* buf) {
   if constexpr (std::is_same_v<T, A>) {
     return p;
   } else {
-    for (int64_t i = 0; i < n; ++i) buf[i] = cpu::load(p + i);
+    for (int64_t i = 0; i < n; ++i) buf[i] = element::load(p + i);
     return buf;
   }
 }
@@ -123,7 +123,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
         T* grow = gp + r * gld;
         const int64_t t = tg.t[size_t(r)];
         if (t == ignore_index) {
-          for (int64_t j = 0; j < n; ++j) grow[j] = cpu::convert<T>(A(0));
+          for (int64_t j = 0; j < n; ++j) grow[j] = element::convert<T>(A(0));
           continue;
         }
         Eigen::Map<const Arr> xv(load_row(row, n, xbuf.data()), n);
@@ -132,7 +132,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
         Eigen::Map<Arr>(gr, n) = (xv - lp[r]).exp() * scale;
         gr[t] -= scale;
         if constexpr (!std::is_same_v<T, A>) {
-          for (int64_t j = 0; j < n; ++j) cpu::store(grow + j, gr[j]);
+          for (int64_t j = 0; j < n; ++j) element::store(grow + j, gr[j]);
         }
       }
     });

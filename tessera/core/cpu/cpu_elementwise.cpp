@@ -6,7 +6,7 @@
 #include <Eigen/Core>
 #include <cmath>
 
-#include "tessera/core/cpu/convert.h"
+#include "tessera/core/element_convert.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/strided_loop.h"
 
@@ -249,7 +249,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, double sc
         if (st[0] == 1 && st[1] == 1) return unary_contiguous<T>(op, i, o, n, scalar);
       }
       for (int64_t j = 0; j < n; ++j)
-        o[j * st[0]] = cpu::convert<T>(unary_scalar<A>(op, cpu::load(i + j * st[1]), scalar));
+        o[j * st[0]] = element::convert<T>(unary_scalar<A>(op, element::load(i + j * st[1]), scalar));
     });
   });
 }
@@ -273,10 +273,10 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
                                           gp + off[3], op_ + off[0], n, scalar);
       }
       for (int64_t j = 0; j < n; ++j) {
-        A xv = cpu::load(xp + off[1] + j * st[1]);
-        A yv = has_y ? A(cpu::load(yp + off[2] + j * st[2])) : A(0);
-        A gv = cpu::load(gp + off[3] + j * st[3]);
-        op_[off[0] + j * st[0]] = cpu::convert<T>(unary_grad_scalar<A>(op, xv, yv, gv, scalar));
+        A xv = element::load(xp + off[1] + j * st[1]);
+        A yv = has_y ? A(element::load(yp + off[2] + j * st[2])) : A(0);
+        A gv = element::load(gp + off[3] + j * st[3]);
+        op_[off[0] + j * st[0]] = element::convert<T>(unary_grad_scalar<A>(op, xv, yv, gv, scalar));
       }
     });
   });
@@ -300,8 +300,8 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
           return binary_contiguous<T>(op, x, st[1], y, st[2], o, n);
       }
       for (int64_t j = 0; j < n; ++j)
-        o[j * st[0]] = cpu::convert<T>(
-            binary_scalar<A>(op, cpu::load(x + j * st[1]), cpu::load(y + j * st[2])));
+        o[j * st[0]] = element::convert<T>(
+            binary_scalar<A>(op, element::load(x + j * st[1]), element::load(y + j * st[2])));
     });
   });
 }
@@ -316,7 +316,7 @@ void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, con
       T* o = static_cast<T*>(out.data_ptr("where"));
       loop.for_each_row([&](std::array<int64_t, 4> off, int64_t n, std::array<int64_t, 4> st) {
         for (int64_t j = 0; j < n; ++j) {
-          bool c = cpu::convert<double>(cp[off[1] + j * st[1]]) != 0.0;
+          bool c = element::convert<double>(cp[off[1] + j * st[1]]) != 0.0;
           o[off[0] + j * st[0]] = c ? ap[off[2] + j * st[2]] : bp[off[3] + j * st[3]];
         }
       });

@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "tessera/core/cpu/convert.h"
+#include "tessera/core/element_convert.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/parallel.h"
 
@@ -87,16 +87,16 @@ void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& gy, const T
       for (int64_t u = begin; u < end; ++u) {
         const int64_t k = used[size_t(u)];
         T* dst = wp + k * c;
-        for (int64_t j = 0; j < c; ++j) acc[j] = cpu::load(dst + j);
+        for (int64_t j = 0; j < c; ++j) acc[j] = element::load(dst + j);
         for (int64_t s = start[size_t(k)]; s < start[size_t(k) + 1]; ++s) {
           const T* src = gp + order[size_t(s)] * c;
           if constexpr (std::is_same_v<T, A>) {
             acc += Eigen::Map<const Arr>(src, c);
           } else {
-            for (int64_t j = 0; j < c; ++j) acc[j] += cpu::load(src + j);
+            for (int64_t j = 0; j < c; ++j) acc[j] += element::load(src + j);
           }
         }
-        for (int64_t j = 0; j < c; ++j) cpu::store(dst + j, acc[j]);
+        for (int64_t j = 0; j < c; ++j) element::store(dst + j, acc[j]);
       }
     });
   });

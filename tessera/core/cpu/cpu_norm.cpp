@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "tessera/core/cpu/convert.h"
+#include "tessera/core/element_convert.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/parallel.h"
 
@@ -47,7 +47,7 @@ const A* load_row(const T* p, int64_t n, A* buf) {
   if constexpr (std::is_same_v<T, A>) {
     return p;
   } else {
-    for (int64_t i = 0; i < n; ++i) buf[i] = cpu::load(p + i);
+    for (int64_t i = 0; i < n; ++i) buf[i] = element::load(p + i);
     return buf;
   }
 }
@@ -66,7 +66,7 @@ A* out_row(T* p, A* buf) {
 template <class T, class A = acc_type_t<T>>
 void finish_row(const A* src, int64_t n, T* p) {
   if constexpr (!std::is_same_v<T, A>) {
-    for (int64_t i = 0; i < n; ++i) cpu::store(p + i, src[i]);
+    for (int64_t i = 0; i < n; ++i) element::store(p + i, src[i]);
   }
 }
 
@@ -76,7 +76,7 @@ Arr<A> load_param(const Tensor& t, int64_t n, const char* op) {
   if (!t.defined()) return Arr<A>();
   Arr<A> out(n);
   const T* p = t.data<T>(op);
-  for (int64_t i = 0; i < n; ++i) out[i] = cpu::load(p + i);
+  for (int64_t i = 0; i < n; ++i) out[i] = element::load(p + i);
   return out;
 }
 
@@ -98,7 +98,7 @@ void combine_partials(const Arr<A>& partial, int64_t chunks, int64_t n, const Te
   Arr<A> total = Arr<A>::Zero(n);
   for (int64_t c = 0; c < chunks; ++c) total += CMap<A>(partial.data() + c * n, n);
   T* p = dst.data<T>(op);
-  for (int64_t i = 0; i < n; ++i) cpu::store(p + i, total[i]);
+  for (int64_t i = 0; i < n; ++i) element::store(p + i, total[i]);
 }
 
 // Shared backward for both norms. For LayerNorm xhat = (x - mean) * rstd; for RMSNorm

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "tessera/core/cpu/convert.h"
+#include "tessera/core/element_convert.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/parallel.h"
 #include "tessera/core/philox.h"
@@ -19,7 +19,7 @@ void CpuBackend::random_uniform(const Tensor& dst, double lo, double hi, uint64_
     cpu::parallel_for(dst.numel(), 1 << 14, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         double u = philox::to_unit_float(philox::bits(seed, offset + uint64_t(i)));
-        o[i] = cpu::convert<T>(lo + (hi - lo) * u);
+        o[i] = element::convert<T>(lo + (hi - lo) * u);
       }
     });
   });
@@ -39,7 +39,7 @@ void CpuBackend::random_normal(const Tensor& dst, double mean, double std, uint6
         double u1 = (double(blk.v[lane] >> 8) + 1.0) * (1.0 / 16777216.0);  // (0, 1]
         double u2 = double(blk.v[lane + 1] >> 8) * (1.0 / 16777216.0);
         double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-        o[i] = cpu::convert<T>(mean + std * z);
+        o[i] = element::convert<T>(mean + std * z);
       }
     });
   });
@@ -57,7 +57,7 @@ void CpuBackend::dropout(const Tensor& x, const Tensor& out, double p, uint64_t 
     cpu::parallel_for(x.numel(), 1 << 14, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         bool keep = philox::bits(seed, offset + uint64_t(i)) >= threshold;
-        o[i] = cpu::convert<T>(keep ? cpu::load(in + i) * scale : A(0));
+        o[i] = element::convert<T>(keep ? element::load(in + i) * scale : A(0));
       }
     });
   });

@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "tessera/core/cpu/convert.h"
+#include "tessera/core/element_convert.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/parallel.h"
 
@@ -29,7 +29,7 @@ double sum_span(const T* x, int64_t n) {
             double(Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(p, len).sum());
       } else {
         acc_type_t<T> acc = 0;
-        for (int64_t i = 0; i < len; ++i) acc += cpu::load(p + i);
+        for (int64_t i = 0; i < len; ++i) acc += element::load(p + i);
         partial[size_t(c)] = double(acc);
       }
     }
@@ -51,7 +51,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out, const T
     int64_t* ip = op == ReduceOp::max ? indices.data<int64_t>(name) : nullptr;
     if (op != ReduceOp::max && inner == 1 && outer == 1) {
       double s = sum_span(xp, r);
-      op_[0] = cpu::convert<T>(op == ReduceOp::mean ? s / double(r) : s);
+      op_[0] = element::convert<T>(op == ReduceOp::mean ? s / double(r) : s);
       return;
     }
     if (op != ReduceOp::max && inner == 1) {
@@ -65,9 +65,9 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out, const T
                 s = double(
                     Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(xp + o * r, r).sum());
               } else {
-                for (int64_t k = 0; k < r; ++k) s += double(cpu::load(xp + o * r + k));
+                for (int64_t k = 0; k < r; ++k) s += double(element::load(xp + o * r + k));
               }
-              op_[o] = cpu::convert<T>(op == ReduceOp::mean ? s / double(r) : s);
+              op_[o] = element::convert<T>(op == ReduceOp::mean ? s / double(r) : s);
             }
           });
       return;
@@ -85,12 +85,12 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out, const T
         const T* base = xp + o * r * inner + i0;
         if (op == ReduceOp::max) {
           for (int64_t i = 0; i < len; ++i) {
-            acc[size_t(i)] = cpu::load(base + i);
+            acc[size_t(i)] = element::load(base + i);
             arg[size_t(i)] = 0;
           }
           for (int64_t k = 1; k < r; ++k)
             for (int64_t i = 0; i < len; ++i) {
-              A v = cpu::load(base + k * inner + i);
+              A v = element::load(base + k * inner + i);
               // NaN propagates: it wins against anything, and keeps its first position.
               bool better = v > acc[size_t(i)] ||
                             (std::isnan(double(v)) && !std::isnan(double(acc[size_t(i)])));
@@ -100,17 +100,17 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out, const T
               }
             }
           for (int64_t i = 0; i < len; ++i) {
-            op_[o * inner + i0 + i] = cpu::convert<T>(acc[size_t(i)]);
+            op_[o * inner + i0 + i] = element::convert<T>(acc[size_t(i)]);
             ip[o * inner + i0 + i] = arg[size_t(i)];
           }
         } else {
           std::fill(acc.begin(), acc.begin() + len, A(0));
           for (int64_t k = 0; k < r; ++k)
-            for (int64_t i = 0; i < len; ++i) acc[size_t(i)] += cpu::load(base + k * inner + i);
+            for (int64_t i = 0; i < len; ++i) acc[size_t(i)] += element::load(base + k * inner + i);
           for (int64_t i = 0; i < len; ++i) {
             A v = acc[size_t(i)];
             if (op == ReduceOp::mean) v = v / A(r);
-            op_[o * inner + i0 + i] = cpu::convert<T>(v);
+            op_[o * inner + i0 + i] = element::convert<T>(v);
           }
         }
       }
@@ -145,7 +145,7 @@ void CpuBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
                       [&](int64_t b, int64_t e) {
                         Arr row(n);
                         for (int64_t rr = b; rr < e; ++rr) {
-                          for (int64_t j = 0; j < n; ++j) row[j] = cpu::load(xp + rr * n + j);
+                          for (int64_t j = 0; j < n; ++j) row[j] = element::load(xp + rr * n + j);
                           A m = row.maxCoeff();
                           if (!std::isfinite(double(m))) m = std::isnan(double(m)) ? m : A(0);
                           row = (row - m).exp();
@@ -153,11 +153,11 @@ void CpuBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
                           if (log) {
                             A lse = m + std::log(s);
                             for (int64_t j = 0; j < n; ++j)
-                              op_[rr * n + j] = cpu::convert<T>(cpu::load(xp + rr * n + j) - lse);
+                              op_[rr * n + j] = element::convert<T>(element::load(xp + rr * n + j) - lse);
                           } else {
                             row /= s;
                             for (int64_t j = 0; j < n; ++j)
-                              op_[rr * n + j] = cpu::convert<T>(row[j]);
+                              op_[rr * n + j] = element::convert<T>(row[j]);
                           }
                         }
                       });
@@ -179,13 +179,13 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& gy, const Tenso
             T* o = op_ + rr * n;
             A dot = 0;
             if (log) {
-              for (int64_t j = 0; j < n; ++j) dot += cpu::load(gr + j);
+              for (int64_t j = 0; j < n; ++j) dot += element::load(gr + j);
               for (int64_t j = 0; j < n; ++j)
-                o[j] = cpu::convert<T>(cpu::load(gr + j) - std::exp(cpu::load(yr + j)) * dot);
+                o[j] = element::convert<T>(element::load(gr + j) - std::exp(element::load(yr + j)) * dot);
             } else {
-              for (int64_t j = 0; j < n; ++j) dot += cpu::load(gr + j) * cpu::load(yr + j);
+              for (int64_t j = 0; j < n; ++j) dot += element::load(gr + j) * element::load(yr + j);
               for (int64_t j = 0; j < n; ++j)
-                o[j] = cpu::convert<T>(cpu::load(yr + j) * (cpu::load(gr + j) - dot));
+                o[j] = element::convert<T>(element::load(yr + j) * (element::load(gr + j) - dot));
             }
           }
         });
@@ -211,7 +211,7 @@ void CpuBackend::squared_norm(const std::vector<Tensor>& xs, const Tensor& out) 
                 double(Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(q, len).square().sum());
           } else {
             for (int64_t i = 0; i < len; ++i) {
-              double v = double(cpu::load(q + i));
+              double v = double(element::load(q + i));
               acc += v * v;
             }
           }

@@ -8,10 +8,10 @@
 #include <cmath>
 #include <vector>
 
-#include "tessera/core/cpu/convert.h"
+#include "tessera/core/element_convert.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/parallel.h"
-#include "tessera/core/ops/creation.h"
+#include "tessera/core/empty.h"
 
 namespace tessera {
 
@@ -51,9 +51,9 @@ void CpuBackend::rope(const Tensor& x, const Tensor& out, int64_t pos_offset, do
         const A* c = table + t * D;
         const A* s = c + half;
         for (int64_t d = 0; d < half; ++d) {
-          const A x1 = cpu::load(in + d), x2 = cpu::load(in + half + d);
-          cpu::store(o + d, x1 * c[d] - x2 * s[d]);
-          cpu::store(o + half + d, x2 * c[d] + x1 * s[d]);
+          const A x1 = element::load(in + d), x2 = element::load(in + half + d);
+          element::store(o + d, x1 * c[d] - x2 * s[d]);
+          element::store(o + half + d, x2 * c[d] + x1 * s[d]);
         }
       }
     });

@@ -8,24 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "tessera/core/threads.h"
+
 namespace tessera {
-
-// Threads used by the CPU backend (OpenMP and Eigen's GEMM).
-void set_num_threads(int n);
-int num_threads();
-
-// Sets the thread count for a scope and restores the previous one (tests, benchmarks, tools
-// that compare thread counts).
-class ScopedNumThreads {
- public:
-  explicit ScopedNumThreads(int n) : saved_(num_threads()) { set_num_threads(n); }
-  ~ScopedNumThreads() { set_num_threads(saved_); }
-  ScopedNumThreads(const ScopedNumThreads&) = delete;
-  ScopedNumThreads& operator=(const ScopedNumThreads&) = delete;
-
- private:
-  int saved_;
-};
 
 namespace cpu {
 

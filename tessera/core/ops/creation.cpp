@@ -8,14 +8,6 @@
 
 namespace tessera {
 
-Tensor empty(const Shape& shape, DType dtype, Device device) {
-  const OpScope scope("empty");
-  for (int64_t d : shape) TESSERA_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
-  size_t nbytes = size_t(shape.numel()) * dtype_size(dtype);
-  auto storage = std::make_shared<Storage>(nbytes, device);
-  return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
-}
-
 Tensor empty_like(const Tensor& t) {
   ops::detail::check_defined("empty_like", t);
   return empty(t.shape(), t.dtype(), t.device());

@@ -5,13 +5,13 @@
 #include <span>
 #include <vector>
 
+#include "tessera/core/empty.h"
 #include "tessera/core/random.h"
 #include "tessera/core/tensor.h"
 
 namespace tessera {
 
-// Uninitialised memory.
-Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+// Uninitialised memory: empty() (core/empty.h), and empty_like.
 Tensor empty_like(const Tensor& t);
 Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor zeros_like(const Tensor& t);

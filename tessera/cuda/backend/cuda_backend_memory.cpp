@@ -9,8 +9,7 @@
 // may come from memory the caller frees or reuses as soon as this returns (cudaMemcpyAsync
 // returns early for pinned memory), so the backend never keeps a reference to host memory.
 
-#include "tessera/core/cpu/cpu_backend.h"
-#include "tessera/core/ops/creation.h"
+#include "tessera/core/empty.h"
 #include "tessera/cuda/backend/cuda_backend.h"
 #include "tessera/cuda/backend/gemm.h"
 #include "tessera/cuda/kernels/copy.h"
@@ -47,14 +46,14 @@ void CudaBackend::copy_host(const Tensor& src, const Tensor& dst) {
     runtime::memcpy_async(to.data_ptr("copy_host"), from.data_ptr("copy_host"), to.nbytes(),
                           CopyKind::device_to_host, stream());
     runtime::stream_synchronize(stream());
-    if (!direct) cpu_backend().copy(to, dst);
+    if (!direct) backend_for(Device::cpu()).copy(to, dst);
     return;
   }
   // Upload: a contiguous host source in dst's dtype, then device-side layout.
   Tensor from = src;
   if (!from.is_contiguous() || from.dtype() != dst.dtype()) {
     from = tessera::empty(src.shape(), dst.dtype(), Device::cpu());
-    cpu_backend().copy(src, from);
+    backend_for(Device::cpu()).copy(src, from);
   }
   Tensor to = dst.is_contiguous() ? dst : tessera::empty(dst.shape(), dst.dtype(), dst.device());
   runtime::memcpy_async(to.data_ptr("copy_host"), from.data_ptr("copy_host"), to.nbytes(),

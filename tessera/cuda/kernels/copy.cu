@@ -4,7 +4,7 @@
 // (casts, strided views, broadcast sources): one thread per element over the coalesced shape,
 // its linear index mapped to both operands' offsets (32-bit index math when it fits); the
 // destination side is written in order, so its stores coalesce whenever dst is contiguous.
-// Casts go through convert<D, S>, which rounds exactly as the CPU's cpu::convert (a 16-bit
+// Casts go through convert<D, S>, which rounds exactly as the CPU's element::convert (a 16-bit
 // float passes through float on either side; bf16 and f16 round to nearest even).
 
 #include "tessera/cuda/kernels/copy.h"

@@ -1,7 +1,7 @@
 // fill and arange. Both are store-bound: one write per element and nothing read, so they run
 // at the device's write bandwidth when stores coalesce.
 //
-// fill converts the value on the host, exactly as the CPU backend does (cpu::convert), and the
+// fill converts the value on the host, exactly as the CPU backend does (element::convert), and the
 // kernels store its bit pattern: a contiguous destination aligned to 16 bytes gets 16-byte
 // stores of the repeated pattern plus a scalar tail; any other layout gets one store per
 // element at an offset decoded from the element's linear index. arange evaluates
@@ -10,7 +10,7 @@
 
 #include <cstring>
 
-#include "tessera/core/cpu/convert.h"
+#include "tessera/core/element_convert.h"
 #include "tessera/cuda/kernels/fill.h"
 
 namespace tessera::cuda {
@@ -70,7 +70,7 @@ __global__ void arange_kernel(T* __restrict__ dst, int64_t n, double start, doub
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const double v = start + double(i) * step;
-    if constexpr (cpu::is_half_v<T>) {
+    if constexpr (element::is_half_v<T>) {
       dst[i] = T(float(v));
     } else {
       dst[i] = static_cast<T>(v);
@@ -81,7 +81,7 @@ __global__ void arange_kernel(T* __restrict__ dst, int64_t n, double start, doub
 // The element bits of `value` in dtype `T`, zero-extended to 64 bits.
 template <class T>
 uint64_t element_bits(double value) {
-  const T v = cpu::convert<T>(value);
+  const T v = element::convert<T>(value);
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
   return bits;

@@ -47,7 +47,7 @@ inline constexpr bool is_half_type_v =
     std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
 
 // Any element type to float / double / integer, and back, with the CPU backend's rounding
-// (cpu::convert): a 16-bit float goes through float on both sides; bf16 and f16 round to
+// (element::convert): a 16-bit float goes through float on both sides; bf16 and f16 round to
 // nearest even.
 template <class D, class S>
 __device__ __forceinline__ D convert(S s) {

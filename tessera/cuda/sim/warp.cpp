@@ -14,7 +14,8 @@
 #include <cstring>
 
 #include "tessera/core/error.h"
-#include "tessera/cuda/device.h"
+#include "tessera/cuda/sim/device_api.h"
+#include "tessera/cuda/sim/mma_layout.h"
 #include "tessera/cuda/sim/block_runner.h"
 
 namespace tessera::cuda::sim::detail {

@@ -1,11 +1,13 @@
 #pragma once
-// Scalar conversion among the element types, and loads/stores in the compute type.
+// Scalar conversion among the element types, and loads/stores in the compute type: the one
+// definition every backend rounds with (the CPU kernels, the CUDA kernels and their host-side
+// fills), so that a value converts to the same bits on every device.
 
 #include <type_traits>
 
 #include "tessera/core/dtype.h"
 
-namespace tessera::cpu {
+namespace tessera::element {
 
 template <class T>
 inline constexpr bool is_half_v = std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>;
@@ -34,4 +36,4 @@ inline void store(T* p, A value) {
   *p = convert<T>(value);
 }
 
-}  // namespace tessera::cpu
+}  // namespace tessera::element
