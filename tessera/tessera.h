@@ -11,6 +11,7 @@
 
 #include "tessera/core/backend.h"
 #include "tessera/core/threads.h"
+#include "tessera/core/version.h"
 #include "tessera/core/device.h"
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"

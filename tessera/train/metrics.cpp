@@ -9,6 +9,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
+#include "tessera/core/version.h"
 #include "tessera/nn/gpt.h"
 
 namespace tessera::train {
@@ -127,7 +128,9 @@ MetricsLog::MetricsLog(const std::string& path) : path_(path), out_(path, std::i
 }
 
 void MetricsLog::append(const nlohmann::json& record) {
-  out_ << record.dump() << '\n';
+  nlohmann::json line = record;
+  line["metrics_version"] = kMetricsVersion;
+  out_ << line.dump() << '\n';
   out_.flush();
   TESSERA_CHECK(out_.good(), "writing the metrics log ", path_, " failed");
 }
@@ -136,11 +139,17 @@ void MetricsLog::truncate_after(const std::string& path, int64_t step) {
   if (!std::filesystem::exists(path)) return;
   std::istringstream in(read_text_file(path));
   std::string kept, line;
-  while (std::getline(in, line)) {
+  for (int64_t n = 1; std::getline(in, line); ++n) {
     if (line.empty()) continue;
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     // A torn last line (a crash mid-write) or a later step is dropped.
     if (j.is_discarded() || !j.contains("step") || !j["step"].is_number_integer()) continue;
+    if (j.contains("metrics_version")) {
+      const nlohmann::json& v = j["metrics_version"];
+      check_format_version(str_cat(path, " line ", n, " 'metrics_version'"), "tessera-metrics",
+                           v.is_number_integer() ? std::optional(v.get<int64_t>()) : std::nullopt,
+                           v.dump(), kMetricsVersion);
+    }
     if (j["step"].get<int64_t>() > step) continue;
     kept += line + '\n';
   }

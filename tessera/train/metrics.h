@@ -14,6 +14,9 @@
 
 namespace tessera::train {
 
+// The version of metrics.jsonl's lines (each carries "metrics_version"; docs/formats.md).
+inline constexpr int64_t kMetricsVersion = 1;
+
 // Bytes one rank holds under a parallel layout (the engine's RankMemory) and its time blocked
 // in communication this step.
 struct RankMetrics {

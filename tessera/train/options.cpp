@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "tessera/core/error.h"
+#include "tessera/core/version.h"
 
 namespace tessera::train {
 
@@ -185,9 +186,21 @@ nlohmann::json TrainOptions::to_json() const {
   return j;
 }
 
+nlohmann::json TrainOptions::to_config_file() const {
+  nlohmann::json j = to_json();
+  j["config_version"] = kConfigVersion;
+  return j;
+}
+
 void TrainOptions::update_from_json(const nlohmann::json& j) {
   TESSERA_CHECK(j.is_object(), "config: expected a JSON object, got ", j.dump());
   for (const auto& [key, v] : j.items()) {
+    if (key == "config_version") {
+      check_format_version("config: 'config_version'", "tessera-config",
+                           v.is_number_integer() ? std::optional(v.get<int64_t>()) : std::nullopt,
+                           v.dump(), kConfigVersion);
+      continue;
+    }
     if (key == "model") {
       TESSERA_CHECK(v.is_object(), "config: 'model' must be an object, got ", v.dump());
       for (const auto& [mkey, mv] : v.items()) {

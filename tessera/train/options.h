@@ -15,6 +15,9 @@
 
 namespace tessera::train {
 
+// The version of the config format (docs/formats.md).
+inline constexpr int64_t kConfigVersion = 1;
+
 struct TrainOptions {
   // Model: a preset plus overrides, or weights to start from.
   std::string preset = "gpt2-tiny";
@@ -90,6 +93,9 @@ struct TrainOptions {
   // Throws naming the field and value.
   void validate() const;
   nlohmann::json to_json() const;
+  // to_json() with "config_version" (kConfigVersion): what <run_dir>/config.json holds. A
+  // config of a newer version is refused in one line by update_from_json.
+  nlohmann::json to_config_file() const;
   // Overrides the keys present in j; unknown keys and wrong types throw naming the key.
   void update_from_json(const nlohmann::json& j);
 };

@@ -158,7 +158,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<parallel::Communicator> w
   build_loaders();
   if (resume) resume_from(*resume);
   if (world_->rank() == 0)
-    write_file_atomic(o.run_dir + "/config.json", o.to_json().dump(2) + "\n");
+    write_file_atomic(o.run_dir + "/config.json", o.to_config_file().dump(2) + "\n");
 }
 
 Trainer::Trainer(ModuleParts parts, TrainOptions options,
@@ -173,7 +173,7 @@ Trainer::Trainer(ModuleParts parts, TrainOptions options,
   build_loaders();
   if (std::optional<ResumePoint> resume = find_resume(options_)) resume_from(*resume);
   if (world_->rank() == 0)
-    write_file_atomic(options_.run_dir + "/config.json", options_.to_json().dump(2) + "\n");
+    write_file_atomic(options_.run_dir + "/config.json", options_.to_config_file().dump(2) + "\n");
 }
 
 Trainer::~Trainer() = default;

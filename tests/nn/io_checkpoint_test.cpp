@@ -196,8 +196,13 @@ TEST(Checkpoint, CorruptStateJson) {
   edit_state(dir, [](auto& j) { j["format"] = "pytorch"; });
   EXPECT_TRUE(mentions(err(), {state, "'format' is \"pytorch\""}));
   write_bytes(state, good);
+  // A newer format is named as such, with this build's version; a non-version is refused.
   edit_state(dir, [](auto& j) { j["version"] = 2; });
-  EXPECT_TRUE(mentions(err(), {state, "'version' is 2"}));
+  EXPECT_TRUE(mentions(err(), {state, "'version'", "tessera-checkpoint version 2 is newer than",
+                               str_cat("this Tessera (", version(), ")"), "upgrade Tessera"}));
+  write_bytes(state, good);
+  edit_state(dir, [](auto& j) { j["version"] = "one"; });
+  EXPECT_TRUE(mentions(err(), {state, "\"one\" is not a tessera-checkpoint version"}));
   write_bytes(state, good);
   edit_state(dir, [](auto& j) { j["step"] = 5; });
   EXPECT_TRUE(mentions(err(), {state, "'step' is 5", "step_00000004"}));

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "support/error_of.h"
 #include "tessera/train/metrics.h"
 #include "tessera/train/trainer.h"
 #include "tools/tools_test_util.h"
@@ -132,6 +133,43 @@ TEST(Metrics, TruncateDropsLaterAndTornLines) {
   write_file_atomic(path, std::string("{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n{\"step\":"));
   MetricsLog::truncate_after(path, 2);
   EXPECT_EQ(read_text_file(path), "{\"step\":1}\n{\"step\":2}\n");
+}
+
+// Every format carries its version, and a newer one is refused in one line naming the file
+// (or field) and this build's version: the run's config.json, metrics.jsonl's lines.
+TEST(Versions, ConfigAndMetricsCarryAVersionAndRefuseANewerOne) {
+  ScratchDir dir;
+  TrainOptions o = tiny_options(dir, "run");
+  const nlohmann::json file = o.to_config_file();
+  EXPECT_EQ(file.at("config_version"), train::kConfigVersion);
+  TrainOptions back;
+  back.update_from_json(file);  // its own file reads back
+  EXPECT_EQ(back.to_json(), o.to_json());
+  using tessera::testing::error_of;
+  std::string msg = error_of([&] {
+    back.update_from_json({{"config_version", train::kConfigVersion + 1}});
+  });
+  EXPECT_NE(msg.find("config: 'config_version': tessera-config version 2 is newer than this "
+                     "Tessera (" +
+                     std::string(version()) + ")"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  msg = error_of([&] { back.update_from_json({{"config_version", "1"}}); });
+  EXPECT_NE(msg.find("\"1\" is not a tessera-config version"), std::string::npos) << msg;
+
+  const std::string path = dir / "m.jsonl";
+  {
+    MetricsLog log(path);
+    log.append({{"step", 1}, {"loss", 2.5}});
+  }
+  const nlohmann::json line = nlohmann::json::parse(read_text_file(path));
+  EXPECT_EQ(line.at("metrics_version"), train::kMetricsVersion);
+  write_file_atomic(path, read_text_file(path) + "{\"step\":2,\"metrics_version\":9}\n");
+  msg = error_of([&] { MetricsLog::truncate_after(path, 5); });
+  EXPECT_NE(msg.find(path + " line 2 'metrics_version': tessera-metrics version 9 is newer"),
+            std::string::npos)
+      << msg;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
+#include "tessera/core/version.h"
 #include "tessera/nn/io/checksum.h"
 #include "tessera/nn/io/safetensors.h"
 
@@ -279,8 +280,11 @@ CheckpointData load_checkpoint(const std::string& dir_string) {
   TESSERA_CHECK(s.is_object(), sp, ": expected a JSON object, got ", s.type_name());
   TESSERA_CHECK(s.value("format", nlohmann::json()) == kFormat, sp, ": 'format' is ",
                 s.value("format", nlohmann::json()).dump(), ", expected \"", kFormat, "\"");
-  TESSERA_CHECK(s.value("version", nlohmann::json()) == kVersion, sp, ": 'version' is ",
-                s.value("version", nlohmann::json()).dump(), ", expected ", kVersion);
+  const nlohmann::json version = s.value("version", nlohmann::json());
+  check_format_version(
+      sp + " 'version'", kFormat,
+      version.is_number_integer() ? std::optional(version.get<int64_t>()) : std::nullopt,
+      version.dump(), kVersion);
   const nlohmann::json step = s.value("step", nlohmann::json());
   TESSERA_CHECK(step.is_number_unsigned() && step.get<uint64_t>() <= uint64_t(INT64_MAX), sp,
                 ": 'step' must be a non-negative integer, got ", step.dump());
