@@ -39,8 +39,7 @@ bool mpi_alive() {
 
 ncclComm* make_comm(MPI_Comm data) {
   auto* comm = new ncclComm();
-  comm->data = data;
-  MPI_Comm_set_errhandler(comm->data, MPI_ERRORS_RETURN);
+  comm->data = data;  // MPI's default handler: a failed MPI call aborts the job, loudly
   MPI_Comm_dup(data, &comm->control);
   MPI_Comm_rank(data, &comm->rank);
   MPI_Comm_size(data, &comm->size);

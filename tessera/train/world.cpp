@@ -29,19 +29,16 @@ std::shared_ptr<parallel::Communicator> default_world(Device device) {
     if (world->size() > 1) {
       if (device.is_cpu()) return world;
 #if TESSERA_HAS_NCCL
-      // Real NCCL cannot carry the simulator's memory, nor the simulated NCCL a GPU's.
-#if defined(TESSERA_NCCL_SIMULATED)
-      constexpr bool kSimulatedNccl = true;
-#else
-      constexpr bool kSimulatedNccl = false;
-#endif
+      // Real NCCL cannot carry the simulator's memory, nor the simulated NCCL a GPU's. The
+      // communicator refuses it too; here it is the run's one line and exit status 2.
+      const bool simulated_nccl = parallel::NcclCommunicator::simulated();
       const bool simulated_device = cuda::stream_order().simulated();
-      if (simulated_device != kSimulatedNccl)
+      if (simulated_device != simulated_nccl)
         throw DeviceUnavailable(str_cat(
             "tessera train: ", world->size(), " ranks on ",
             simulated_device ? "simulated GPUs (--device cuda-sim)" : "GPUs (--device cuda)",
             " need a build whose NCCL is ", simulated_device ? "simulated" : "real",
-            "; this one was configured with TESSERA_NCCL=", kSimulatedNccl ? "simulated" : "real",
+            "; this one was configured with TESSERA_NCCL=", simulated_nccl ? "simulated" : "real",
             " (reconfigure with -DTESSERA_NCCL=", simulated_device ? "simulated" : "real", ")"));
       return parallel::NcclCommunicator::create(MPI_COMM_WORLD, "world");
 #else

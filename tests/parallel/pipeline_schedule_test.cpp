@@ -127,6 +127,10 @@ TEST(PipelineScheduleN1, NcclIssueOrderRunsEverySchedule) {
           }
           const SimulationResult sim = simulate(ordered);
           EXPECT_TRUE(sim.ok()) << s.name() << " in NCCL order\n" << joined(sim.errors);
+          // Marked as ordered, and ordering it again is the identity (the trainer orders once).
+          EXPECT_FALSE(s.in_nccl_issue_order);
+          EXPECT_TRUE(ordered.in_nccl_issue_order);
+          EXPECT_EQ(nccl_issue_order(ordered).ranks, ordered.ranks) << s.name();
           ++checked;
         }
   std::cout << "  over NCCL groups as listed: " << listed_safe << " schedules run, " << listed_stuck

@@ -173,10 +173,8 @@ std::shared_ptr<NcclCommunicator> NcclCommunicator::create(MPI_Comm mpi_comm,
   int rank = 0, size = 1;
   MPI_Comm_rank(mpi_comm, &rank);
   MPI_Comm_size(mpi_comm, &size);
-  cuda::StreamOrder* order = nullptr;
   try {
-    order = &cuda::stream_order();
-    order->compute_stream();  // opens the device: no GPU fails here
+    cuda::stream_order().compute_stream();  // opens the device: no GPU fails here
     checked_stream_order(name);
   } catch (const Error& e) {
     detail::throw_error("NcclCommunicator::create (rank ", rank, " of group ", name, ", size ",
@@ -210,6 +208,10 @@ NcclCommunicator::NcclCommunicator(ncclComm* comm, std::string name, CommOptions
 
 NcclCommunicator::~NcclCommunicator() = default;
 
+bool NcclCommunicator::simulated() {
+  return kSimulatedNccl;
+}
+
 void NcclCommunicator::plant_missing_wait(bool planted) {
   g_missing_wait_planted.store(planted);
 }
@@ -225,9 +227,8 @@ std::shared_ptr<Communicator> NcclCommunicator::split(int color, int key, const 
 }
 
 template <class Issue>
-std::shared_ptr<Work> NcclCommunicator::launch(const char* collective, std::string what,
-                                               std::vector<Tensor> tensors, NcclWait wait,
-                                               Issue&& issue) {
+std::shared_ptr<Work> NcclCommunicator::launch(std::string what, std::vector<Tensor> tensors,
+                                               NcclWait wait, Issue&& issue) {
   cuda::StreamOrder& order = *order_;
   void* compute = order.compute_stream();
   const cudaStream_t comm = as_stream(order.comm_stream());
@@ -244,9 +245,9 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* collective, std::stri
 // CPU tensors (a step's loss totals, checkpoint entries) travel through device copies: the
 // call runs on them and waits, and the outputs are copied back. Mixed devices are refused.
 template <class Call>
-std::shared_ptr<Work> NcclCommunicator::run(const char* collective,
-                                            const std::vector<Tensor>& tensors,
-                                            const std::vector<Tensor>& outputs, Call&& call) {
+std::shared_ptr<Work> NcclCommunicator::on_device(const char* collective,
+                                                  const std::vector<Tensor>& tensors,
+                                                  const std::vector<Tensor>& outputs, Call&& call) {
   bool all_cpu = true, all_cuda = true;
   for (const Tensor& t : tensors) {
     all_cpu = all_cpu && t.device().is_cpu();
@@ -269,7 +270,7 @@ std::shared_ptr<Work> NcclCommunicator::run(const char* collective,
 void NcclCommunicator::barrier() {
   Tensor token = zeros({1}, DType::i32, Device::cuda(device_));
   ncclComm_t comm = comm_.get();
-  auto work = launch("barrier", describe_call("barrier", token), {token}, NcclWait::blocking,
+  auto work = launch(describe_call("barrier", token), {token}, NcclWait::blocking,
                      [&](cudaStream_t stream) {
                        void* p = token.data_ptr("barrier");
                        TESSERA_NCCL_CHECK(ncclAllReduce(p, p, 1, ncclInt32, ncclSum, comm, stream));
@@ -278,11 +279,11 @@ void NcclCommunicator::barrier() {
 }
 
 std::shared_ptr<Work> NcclCommunicator::do_all_reduce(const Tensor& tensor, CommOp op) {
-  return run("all_reduce", {tensor}, {tensor}, [&](const std::vector<Tensor>& t) {
+  return on_device("all_reduce", {tensor}, {tensor}, [&](const std::vector<Tensor>& t) {
     const Tensor& x = t[0];
     const std::string what = describe_call(str_cat("all_reduce ", comm_op_name(op)).c_str(), x);
     ncclComm_t comm = comm_.get();
-    return launch("all_reduce", what, {x}, wait_, [&](cudaStream_t stream) {
+    return launch(what, {x}, wait_, [&](cudaStream_t stream) {
       void* p = x.data_ptr("all_reduce");
       TESSERA_NCCL_CHECK(
           ncclAllReduce(p, p, size_t(x.numel()), nccl_type(x.dtype()), nccl_op(op), comm, stream));
@@ -294,12 +295,12 @@ std::shared_ptr<Work> NcclCommunicator::do_reduce_scatter(const Tensor& input, c
                                                           CommOp op) {
   TESSERA_CHECK(op != CommOp::avg || is_floating(input.dtype()), "reduce_scatter avg on group ",
                 name_, ": ", input.describe(), " is not floating");
-  return run("reduce_scatter", {input, output}, {output}, [&](const std::vector<Tensor>& t) {
+  return on_device("reduce_scatter", {input, output}, {output}, [&](const std::vector<Tensor>& t) {
     const Tensor &in = t[0], &out = t[1];
     const std::string what =
         describe_call(str_cat("reduce_scatter ", comm_op_name(op)).c_str(), in);
     ncclComm_t comm = comm_.get();
-    return launch("reduce_scatter", what, {in, out}, wait_, [&](cudaStream_t stream) {
+    return launch(what, {in, out}, wait_, [&](cudaStream_t stream) {
       TESSERA_NCCL_CHECK(ncclReduceScatter(in.data_ptr("reduce_scatter"),
                                            out.data_ptr("reduce_scatter"), size_t(out.numel()),
                                            nccl_type(in.dtype()), nccl_op(op), comm, stream));
@@ -308,23 +309,21 @@ std::shared_ptr<Work> NcclCommunicator::do_reduce_scatter(const Tensor& input, c
 }
 
 std::shared_ptr<Work> NcclCommunicator::do_all_gather(const Tensor& input, const Tensor& output) {
-  return run("all_gather", {input, output}, {output}, [&](const std::vector<Tensor>& t) {
+  return on_device("all_gather", {input, output}, {output}, [&](const std::vector<Tensor>& t) {
     const Tensor &in = t[0], &out = t[1];
     ncclComm_t comm = comm_.get();
-    return launch("all_gather", describe_call("all_gather", in), {in, out}, wait_,
-                  [&](cudaStream_t stream) {
-                    TESSERA_NCCL_CHECK(ncclAllGather(in.data_ptr("all_gather"),
-                                                     out.data_ptr("all_gather"), size_t(in.numel()),
-                                                     nccl_type(in.dtype()), comm, stream));
-                  });
+    return launch(describe_call("all_gather", in), {in, out}, wait_, [&](cudaStream_t stream) {
+      TESSERA_NCCL_CHECK(ncclAllGather(in.data_ptr("all_gather"), out.data_ptr("all_gather"),
+                                       size_t(in.numel()), nccl_type(in.dtype()), comm, stream));
+    });
   });
 }
 
 std::shared_ptr<Work> NcclCommunicator::do_broadcast(const Tensor& tensor, int root) {
-  return run("broadcast", {tensor}, {tensor}, [&](const std::vector<Tensor>& t) {
+  return on_device("broadcast", {tensor}, {tensor}, [&](const std::vector<Tensor>& t) {
     const Tensor& x = t[0];
     ncclComm_t comm = comm_.get();
-    return launch("broadcast", describe_call("broadcast", x), {x}, wait_, [&](cudaStream_t stream) {
+    return launch(describe_call("broadcast", x), {x}, wait_, [&](cudaStream_t stream) {
       void* p = x.data_ptr("broadcast");
       TESSERA_NCCL_CHECK(
           ncclBroadcast(p, p, size_t(x.numel()), nccl_type(x.dtype()), root, comm, stream));
@@ -337,10 +336,10 @@ std::shared_ptr<Work> NcclCommunicator::do_broadcast(const Tensor& tensor, int r
 // issue the two in the opposite order to the peer's (or the streams wait on each other): the
 // pipeline executor issues its transfers in nccl_issue_order (pipeline/nccl_order.h).
 std::shared_ptr<Work> NcclCommunicator::do_send(const Tensor& tensor, int dst, int tag) {
-  return run("send", {tensor}, {}, [&](const std::vector<Tensor>& t) {
+  return on_device("send", {tensor}, {}, [&](const std::vector<Tensor>& t) {
     const Tensor& x = t[0];
     ncclComm_t comm = comm_.get();
-    return launch("send", describe_call(str_cat("send to ", dst).c_str(), x), {x}, wait_,
+    return launch(describe_call(str_cat("send to ", dst).c_str(), x), {x}, wait_,
                   [&](cudaStream_t stream) {
                     TESSERA_NCCL_CHECK(ncclGroupStart());
                     TESSERA_NCCL_CHECK(ncclSend(x.data_ptr("send"), size_t(x.numel()),
@@ -351,10 +350,10 @@ std::shared_ptr<Work> NcclCommunicator::do_send(const Tensor& tensor, int dst, i
 }
 
 std::shared_ptr<Work> NcclCommunicator::do_recv(const Tensor& tensor, int src, int tag) {
-  return run("recv", {tensor}, {tensor}, [&](const std::vector<Tensor>& t) {
+  return on_device("recv", {tensor}, {tensor}, [&](const std::vector<Tensor>& t) {
     const Tensor& x = t[0];
     ncclComm_t comm = comm_.get();
-    return launch("recv", describe_call(str_cat("recv from ", src).c_str(), x), {x}, wait_,
+    return launch(describe_call(str_cat("recv from ", src).c_str(), x), {x}, wait_,
                   [&](cudaStream_t stream) {
                     TESSERA_NCCL_CHECK(ncclGroupStart());
                     TESSERA_NCCL_CHECK(ncclRecv(x.data_ptr("recv"), size_t(x.numel()),

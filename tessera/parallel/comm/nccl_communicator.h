@@ -52,6 +52,10 @@ class NcclCommunicator final : public Communicator {
                                                   NcclWait wait = NcclWait::stream);
   ~NcclCommunicator() override;
 
+  // Whether this build's NCCL is the simulated one (TESSERA_NCCL=simulated, for simulated
+  // devices) rather than real NCCL (for GPUs): each carries only its own kind of device.
+  static bool simulated();
+
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int device() const { return device_; }
@@ -83,13 +87,13 @@ class NcclCommunicator final : public Communicator {
   // Queues `issue(stream)` on the communication stream after the compute stream's work so far,
   // and returns the Work that completes after it. `what` is the call as timeout messages name it.
   template <class Issue>
-  std::shared_ptr<Work> launch(const char* collective, std::string what,
-                               std::vector<Tensor> tensors, NcclWait wait, Issue&& issue);
+  std::shared_ptr<Work> launch(std::string what, std::vector<Tensor> tensors, NcclWait wait,
+                               Issue&& issue);
   // call(tensors) for tensors on this communicator's device; CPU tensors go through device
   // copies, `outputs` (some of `tensors`) copied back before it returns.
   template <class Call>
-  std::shared_ptr<Work> run(const char* collective, const std::vector<Tensor>& tensors,
-                            const std::vector<Tensor>& outputs, Call&& call);
+  std::shared_ptr<Work> on_device(const char* collective, const std::vector<Tensor>& tensors,
+                                  const std::vector<Tensor>& outputs, Call&& call);
 
   std::shared_ptr<ncclComm> comm_;
   NcclWait wait_;

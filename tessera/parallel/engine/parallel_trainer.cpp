@@ -12,6 +12,7 @@
 #include "tessera/parallel/engine/full_optimizer_state.h"
 #include "tessera/parallel/engine/loss_weights.h"
 #include "tessera/parallel/engine/parallel_eval.h"
+#include "tessera/parallel/pipeline/nccl_order.h"
 #include "tessera/parallel/pipeline/partition.h"
 
 namespace tessera::parallel {
@@ -44,6 +45,8 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
   // by the schedule's all_reduce_tied: after the dp reduction, so each stage adds averages.
   schedule_ =
       make_schedule(config_.schedule, shape.pp, config_.virtual_stages, config_.microbatches);
+  // Over NCCL the pipeline's transfers go in the order that cannot deadlock, computed once.
+  if (mesh_->pp().transfers_in_issue_order()) schedule_ = nccl_issue_order(schedule_);
 
   hooks_ = std::make_shared<DeferredUnitHooks>();
   const bool mixed = config_.precision != nn::Precision::fp32;

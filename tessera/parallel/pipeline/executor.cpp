@@ -241,8 +241,9 @@ class Executor {
 PipelineStepStats run_pipeline(const Schedule& schedule, PipelineStage& stage, Communicator& pp,
                                const PipelineOptions& options) {
   // Over NCCL every send waits on its stream for the matching receive: issue each where its
-  // receive completes (compute order unchanged), an order that cannot deadlock.
-  if (pp.transfers_in_issue_order()) {
+  // receive completes (compute order unchanged), an order that cannot deadlock. The trainer
+  // passes a schedule ordered once; another caller's is ordered here (a dry run per call).
+  if (pp.transfers_in_issue_order() && !schedule.in_nccl_issue_order) {
     const Schedule ordered = nccl_issue_order(schedule);
     return Executor(ordered, stage, pp, options).run();
   }

@@ -125,6 +125,7 @@ std::vector<std::string> nccl_order_errors(const Schedule& s, NcclGrouping group
 }
 
 Schedule nccl_issue_order(const Schedule& s) {
+  if (s.in_nccl_issue_order) return s;
   const int p = s.stages;
   // When every action completes with asynchronous sends (the dry run with its default costs,
   // every compute taking time); the key (time, transfer after compute, rank, index) orders all
@@ -162,6 +163,7 @@ Schedule nccl_issue_order(const Schedule& s) {
     for (size_t i = 0; i < order.size(); ++i)
       out.ranks[size_t(r)][i] = s.ranks[size_t(r)][order[i]];
   }
+  out.in_nccl_issue_order = true;
   return out;
 }
 

@@ -46,6 +46,8 @@ std::vector<std::string> nccl_order_errors(const Schedule& schedule,
 // ordered by number. Take the transfer pairs in increasing number: by induction every earlier
 // pair has completed, the actions between are compute, which waits for nothing, so both ranks
 // reach the pair's send and receive and it completes. The checker confirms it for the sweep.
+// The result is marked in_nccl_issue_order (a marked schedule comes back as it is), so a caller
+// that runs a schedule every step orders it once.
 Schedule nccl_issue_order(const Schedule& schedule);
 
 }  // namespace tessera::parallel

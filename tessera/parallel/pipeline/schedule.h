@@ -73,6 +73,9 @@ struct Schedule {
   int microbatches = 1;    // m
   bool tied_embedding = false;
   std::vector<std::vector<Action>> ranks;  // ranks[r]: rank r's actions, in order
+  // Set by nccl_issue_order (pipeline/nccl_order.h): the sends already stand where their
+  // receives complete, so the executor runs the lists as they are over NCCL.
+  bool in_nccl_issue_order = false;
 
   int model_stages() const { return stages * virtual_stages; }
   int model_stage(int rank, int chunk) const { return chunk * stages + rank; }
