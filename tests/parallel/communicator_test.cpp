@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "parallel/rank_test.h"
 #include "tessera/parallel/comm/local_communicator.h"
-#include "tessera/parallel/comm/mpi_communicator.h"
 #include "tessera/parallel/mesh.h"
 #include "tessera/tessera.h"
 
@@ -11,7 +11,7 @@ namespace tessera::parallel {
 namespace {
 
 std::shared_ptr<Communicator> world() {
-  return MpiCommunicator::world();
+  return testing::test_world();
 }
 
 // Values that differ per rank and element, exactly representable.
@@ -53,20 +53,20 @@ void collectives(Communicator& c) {
   EXPECT_EQ(to_vector<float>(b)[3], float(1000 * (n - 1) + 3));
 }
 
-TEST(CommunicatorN1, LocalGroupIsIdentity) {
+RANK_TEST(CommunicatorN1, LocalGroupIsIdentity) {
   LocalCommunicator c;
   collectives(c);
   EXPECT_THROW(c.send(zeros({2}), 1), Error);
 }
 
-TEST(CommunicatorN2, CollectivesOverMpi) {
+RANK_TEST(CommunicatorN2, CollectivesOverMpi) {
   collectives(*world());
 }
-TEST(CommunicatorN4, CollectivesOverMpi) {
+RANK_TEST(CommunicatorN4, CollectivesOverMpi) {
   collectives(*world());
 }
 
-TEST(CommunicatorN2, SendRecvAndAsyncOverlap) {
+RANK_TEST(CommunicatorN2, SendRecvAndAsyncOverlap) {
   auto c = world();
   int peer = 1 - c->rank();
   Tensor out = rank_tensor(c->rank(), 6), in = empty({6});
@@ -85,7 +85,7 @@ TEST(CommunicatorN2, SendRecvAndAsyncOverlap) {
   EXPECT_EQ(to_vector<float>(y)[4], 4.f);
 }
 
-TEST(CommunicatorN2, BadArgumentsAreErrorsNamingTheGroup) {
+RANK_TEST(CommunicatorN2, BadArgumentsAreErrorsNamingTheGroup) {
   auto c = world();
   EXPECT_THROW(c->all_gather(zeros({3}), zeros({5})), Error);
   EXPECT_THROW(c->send(zeros({2}), c->rank()), Error);
@@ -99,7 +99,7 @@ TEST(CommunicatorN2, BadArgumentsAreErrorsNamingTheGroup) {
   EXPECT_THROW(c->all_reduce(half), Error);
 }
 
-TEST(MeshN8, GroupsFollowTpFastestOrder) {
+RANK_TEST(MeshN8, GroupsFollowTpFastestOrder) {
   auto w = world();
   DeviceMesh mesh(w, {2, 2, 2});
   int r = w->rank();
@@ -120,7 +120,7 @@ TEST(MeshN8, GroupsFollowTpFastestOrder) {
   EXPECT_EQ(mesh.embedding()->size(), 2);
 }
 
-TEST(MeshN4, WrongShapeIsOneClearError) {
+RANK_TEST(MeshN4, WrongShapeIsOneClearError) {
   try {
     DeviceMesh mesh(world(), {2, 1, 3});
     FAIL();

@@ -34,6 +34,7 @@
 #if defined(TESSERA_NCCL_SIMULATED)
 #include "tessera/cuda/sim/streams.h"
 #endif
+#include "tessera/parallel/comm/mpi_communicator.h"
 #include "tessera/parallel/comm/nccl_communicator.h"
 
 namespace tessera::parallel {

@@ -24,7 +24,7 @@
 
 #include "nn/tiny_models.h"
 #include "parallel/dp_test_util.h"
-#include "tessera/parallel/comm/mpi_communicator.h"
+#include "parallel/rank_test.h"
 
 namespace tessera::parallel {
 namespace {
@@ -59,7 +59,7 @@ void expect_close(const RunResult& got, const RunResult& ref, const std::string&
     worst_loss = std::max(worst_loss, std::abs(got.losses[i] - ref.losses[i]) / ref.losses[i]);
   std::string worst_name;
   const double worst_weight = testing::max_relative_error(got, ref, &worst_name);
-  if (MpiCommunicator::world()->rank() == 0)
+  if (testing::test_world()->rank() == 0)
     std::printf("  %s: worst relative error: loss %.2e, weights %.2e (%s)\n", what.c_str(),
                 worst_loss, worst_weight, worst_name.c_str());
   EXPECT_LE(worst_loss, kRelTol) << what;
@@ -85,7 +85,7 @@ void all_stages(
     const std::function<TestModel()>& make, int max_stage, bool units, const RunSpec& spec,
     const std::string& name,
     const std::function<RunResult(RunResult)>& clean = [](RunResult r) { return r; }) {
-  auto world = MpiCommunicator::world();
+  auto world = testing::test_world();
   RunResult ref = testing::run_single(make(), spec);
   // Clipping must be active in some step, so the global norm is part of what must agree.
   EXPECT_GT(*std::max_element(ref.norms.begin(), ref.norms.end()), spec.max_grad_norm);
@@ -129,7 +129,7 @@ void unit_stack_stages() {
 // each micro-batch into the shards. Both equal one process on the whole batch.
 void accumulation() {
   nn::testing::OneThread one_thread;
-  auto world = MpiCommunicator::world();
+  auto world = testing::test_world();
   RunSpec spec;
   spec.batch = 2 * world->size();
   spec.micro_batches = 2;
@@ -148,7 +148,7 @@ void accumulation() {
 // the parameter whose gradient comes last (the embedding) sees every other bucket launched.
 void overlap() {
   nn::testing::OneThread one_thread;
-  auto world = MpiCommunicator::world();
+  auto world = testing::test_world();
   RunSpec spec;
   const nn::GPTConfig config = gpt_config(spec);
   for (int stage = 0; stage <= 2; ++stage) {
@@ -180,25 +180,25 @@ void overlap() {
   }
 }
 
-TEST(DataParallelN2, GptStagesMatchOneProcess) {
+RANK_TEST(DataParallelN2, GptStagesMatchOneProcess) {
   gpt_stages();
 }
-TEST(DataParallelN4, GptStagesMatchOneProcess) {
+RANK_TEST(DataParallelN4, GptStagesMatchOneProcess) {
   gpt_stages();
 }
-TEST(DataParallelN2, UnitStackStagesIncludingZero3MatchOneProcess) {
+RANK_TEST(DataParallelN2, UnitStackStagesIncludingZero3MatchOneProcess) {
   unit_stack_stages();
 }
-TEST(DataParallelN4, UnitStackStagesIncludingZero3MatchOneProcess) {
+RANK_TEST(DataParallelN4, UnitStackStagesIncludingZero3MatchOneProcess) {
   unit_stack_stages();
 }
-TEST(DataParallelN2, GradientAccumulationMatchesOneProcess) {
+RANK_TEST(DataParallelN2, GradientAccumulationMatchesOneProcess) {
   accumulation();
 }
-TEST(DataParallelN4, GradientAccumulationMatchesOneProcess) {
+RANK_TEST(DataParallelN4, GradientAccumulationMatchesOneProcess) {
   accumulation();
 }
-TEST(DataParallelN2, BucketsLaunchDuringBackward) {
+RANK_TEST(DataParallelN2, BucketsLaunchDuringBackward) {
   overlap();
 }
 

@@ -7,6 +7,7 @@
 
 #include "nn/tiny_models.h"
 #include "parallel/dp_test_util.h"
+#include "parallel/rank_test.h"
 #include "tessera/parallel/comm/local_communicator.h"
 
 namespace tessera::parallel {
@@ -41,7 +42,7 @@ void expect_shards_partition(const FlatLayout& layout) {
     for (int v : h) ASSERT_EQ(v, 1) << layout.params()[size_t(p)].name;
 }
 
-TEST(FlatLayoutN1, BucketsFollowTheBackwardOrderAndAlignToParameters) {
+RANK_TEST(FlatLayoutN1, BucketsFollowTheBackwardOrderAndAlignToParameters) {
   // 40 + 16 + 64 + 8 floats; 200-byte buckets close after the first parameter that fills one.
   nn::StateDict params = named({{"a", {5, 8}}, {"b", {16}}, {"c", {8, 8}}, {"d", {8}}});
   LayoutOptions o;
@@ -61,7 +62,7 @@ TEST(FlatLayoutN1, BucketsFollowTheBackwardOrderAndAlignToParameters) {
   expect_shards_partition(layout);
 }
 
-TEST(FlatLayoutN1, ShardSegmentsCutThroughParameters) {
+RANK_TEST(FlatLayoutN1, ShardSegmentsCutThroughParameters) {
   LayoutOptions o;
   o.dp_size = 4;
   FlatLayout layout(named({{"w", {10, 3}}, {"b", {10}}}), o);
@@ -80,7 +81,7 @@ TEST(FlatLayoutN1, ShardSegmentsCutThroughParameters) {
   expect_shards_partition(layout);
 }
 
-TEST(FlatLayoutN1, UnitsBecomeBucketsAndSharedParametersAreGatheredByEachReader) {
+RANK_TEST(FlatLayoutN1, UnitsBecomeBucketsAndSharedParametersAreGatheredByEachReader) {
   testing::UnitStack model(11, 8, 2);
   nn::StateDict params = model.named_parameters();
   std::vector<UnitSpec> units = gpt_units(params);
@@ -101,7 +102,7 @@ TEST(FlatLayoutN1, UnitsBecomeBucketsAndSharedParametersAreGatheredByEachReader)
   expect_shards_partition(layout);
 }
 
-TEST(FlatLayoutN1, TiedParametersGetABucketOfTheirOwn) {
+RANK_TEST(FlatLayoutN1, TiedParametersGetABucketOfTheirOwn) {
   LayoutOptions o;
   o.dp_size = 2;
   o.tied = {"wte.weight"};
@@ -112,7 +113,7 @@ TEST(FlatLayoutN1, TiedParametersGetABucketOfTheirOwn) {
   EXPECT_EQ(layout.buckets()[1].params, (std::vector<int>{1, 2}));
 }
 
-TEST(FlatLayoutN1, GptUnitsFollowTheModelsNames) {
+RANK_TEST(FlatLayoutN1, GptUnitsFollowTheModelsNames) {
   nn::GPT gpt(nn::testing::tiny_llama(2));  // untied head: lm_head.weight is its own
   std::vector<UnitSpec> units = gpt_units(gpt.named_parameters());
   ASSERT_EQ(units.size(), 4u);
@@ -121,7 +122,7 @@ TEST(FlatLayoutN1, GptUnitsFollowTheModelsNames) {
   EXPECT_THROW(gpt_units(named({{"mystery.weight", {2}}})), Error);
 }
 
-TEST(FlatLayoutN1, BadInputIsAnErrorNamingTheParameter) {
+RANK_TEST(FlatLayoutN1, BadInputIsAnErrorNamingTheParameter) {
   auto message = [](auto&& fn) {
     try {
       fn();
@@ -145,7 +146,7 @@ TEST(FlatLayoutN1, BadInputIsAnErrorNamingTheParameter) {
   EXPECT_THROW(FlatLayout(params, bad), Error);
 }
 
-TEST(FlatParamsN1, ParametersBecomeViewsOfOneBufferAndKeepTheirValues) {
+RANK_TEST(FlatParamsN1, ParametersBecomeViewsOfOneBufferAndKeepTheirValues) {
   nn::GPT gpt(nn::testing::tiny_gpt2(2));
   nn::StateDict before;
   for (const auto& [name, p] : gpt.named_parameters()) before.emplace_back(name, ops::clone(p));
@@ -169,7 +170,7 @@ TEST(FlatParamsN1, ParametersBecomeViewsOfOneBufferAndKeepTheirValues) {
   }
 }
 
-TEST(FlatParamsN1, ShardedParametersLiveOnlyWhileGathered) {
+RANK_TEST(FlatParamsN1, ShardedParametersLiveOnlyWhileGathered) {
   testing::UnitStack model(11, 8, 1);
   LayoutOptions o;
   o.units = gpt_units(model.named_parameters());
@@ -189,7 +190,7 @@ TEST(FlatParamsN1, ShardedParametersLiveOnlyWhileGathered) {
 // On a group of one, DataParallel at every stage is the single-process optimizer, bit for bit:
 // the flat buffers, shards and segment-wise norm change no number (the norm's pieces are the
 // whole gradients in parameter order, exactly nn::global_grad_norm's list).
-TEST(DataParallelN1, GroupOfOneMatchesTheSingleProcessOptimizerExactly) {
+RANK_TEST(DataParallelN1, GroupOfOneMatchesTheSingleProcessOptimizerExactly) {
   nn::testing::OneThread one_thread;
   RunSpec spec;
   spec.steps = 3;
@@ -215,7 +216,7 @@ TEST(DataParallelN1, GroupOfOneMatchesTheSingleProcessOptimizerExactly) {
   }
 }
 
-TEST(DataParallelN1, NonFiniteGradientSkipsTheStepAndSaysSo) {
+RANK_TEST(DataParallelN1, NonFiniteGradientSkipsTheStepAndSaysSo) {
   testing::UnitStack model(11, 8, 1);
   LocalCommunicator one;
   DataParallelConfig c;
@@ -231,7 +232,7 @@ TEST(DataParallelN1, NonFiniteGradientSkipsTheStepAndSaysSo) {
   EXPECT_EQ(ddp.optimizer().step_count(), 0);
 }
 
-TEST(DataParallelN1, ResettingGradientsBehindItsBackIsAClearError) {
+RANK_TEST(DataParallelN1, ResettingGradientsBehindItsBackIsAClearError) {
   testing::UnitStack model(11, 8, 1);
   LocalCommunicator one;
   DataParallel ddp(model.named_parameters(), one, {});
@@ -245,7 +246,7 @@ TEST(DataParallelN1, ResettingGradientsBehindItsBackIsAClearError) {
   }
 }
 
-TEST(DataParallelN1, ZeroThreeKeepsWeightsLoadedWhileGathered) {
+RANK_TEST(DataParallelN1, ZeroThreeKeepsWeightsLoadedWhileGathered) {
   testing::UnitStack model(11, 8, 1);
   LocalCommunicator one;
   DataParallelConfig c;
@@ -262,7 +263,7 @@ TEST(DataParallelN1, ZeroThreeKeepsWeightsLoadedWhileGathered) {
   ddp.release_parameters();
 }
 
-TEST(DataParallelN1, ZeroThreeNeedsUnitsAndKnowsThem) {
+RANK_TEST(DataParallelN1, ZeroThreeNeedsUnitsAndKnowsThem) {
   testing::UnitStack model(11, 8, 1);
   LocalCommunicator one;
   DataParallelConfig c;

@@ -9,7 +9,7 @@
 
 #include <cmath>
 
-#include "tessera/parallel/comm/mpi_communicator.h"
+#include "parallel/rank_test.h"
 #include "tessera/parallel/data/data_parallel.h"
 #include "tessera/parallel/mesh.h"
 #include "tessera/tessera.h"
@@ -24,7 +24,7 @@ Tensor leaf(Shape shape, double value) {
 }
 
 void tied_embedding(int stage) {
-  auto world = MpiCommunicator::world();
+  auto world = testing::test_world();
   DeviceMesh mesh(world, {/*dp=*/2, /*pp=*/2, /*tp=*/1});
   ASSERT_NE(mesh.embedding(), nullptr);
   const int d = mesh.dp_rank(), p = mesh.pp_rank();
@@ -81,7 +81,7 @@ void tied_embedding(int stage) {
   ddp.release_parameters();
 }
 
-TEST(DataParallelTiedN4, TiedCopiesAreSummedCountedOnceAndStayEqual) {
+RANK_TEST(DataParallelTiedN4, TiedCopiesAreSummedCountedOnceAndStayEqual) {
   for (int stage = 0; stage <= 3; ++stage) {
     SCOPED_TRACE("zero" + std::to_string(stage));
     tied_embedding(stage);
@@ -91,8 +91,8 @@ TEST(DataParallelTiedN4, TiedCopiesAreSummedCountedOnceAndStayEqual) {
 // dp 2 x tp 2: a replicated norm weight (the same gradient on both tp ranks) and a row-sharded
 // weight (each tp rank its own half). Both DataParallel's norm and the stand-alone one count
 // the replicated weight once.
-TEST(GlobalNormN4, ReplicatedParametersCountOnceShardedOnEveryTensorParallelRank) {
-  auto world = MpiCommunicator::world();
+RANK_TEST(GlobalNormN4, ReplicatedParametersCountOnceShardedOnEveryTensorParallelRank) {
+  auto world = testing::test_world();
   DeviceMesh mesh(world, {/*dp=*/2, /*pp=*/1, /*tp=*/2});
   const int d = mesh.dp_rank(), t = mesh.tp_rank();
   Tensor ln = leaf({8}, 1.0), w = leaf({4, 8}, 1.0);

@@ -7,7 +7,7 @@
 
 #include "nn/tiny_models.h"
 #include "parallel/dp_test_util.h"
-#include "tessera/parallel/comm/mpi_communicator.h"
+#include "parallel/rank_test.h"
 
 namespace tessera::parallel {
 namespace {
@@ -23,9 +23,9 @@ DataParallelConfig with_units(const TestModel& model, int stage) {
   return c;
 }
 
-TEST(DataParallelStateN2, GatheredStateMatchesOneProcessAtEveryStage) {
+RANK_TEST(DataParallelStateN2, GatheredStateMatchesOneProcessAtEveryStage) {
   nn::testing::OneThread one_thread;
-  auto world = MpiCommunicator::world();
+  auto world = testing::test_world();
   RunSpec spec;
   spec.steps = 3;
   nn::OptimizerState ref;
@@ -52,9 +52,9 @@ TEST(DataParallelStateN2, GatheredStateMatchesOneProcessAtEveryStage) {
   }
 }
 
-TEST(DataParallelStateN2, StopAtOneStageResumeAtAnotherContinuesExactly) {
+RANK_TEST(DataParallelStateN2, StopAtOneStageResumeAtAnotherContinuesExactly) {
   nn::testing::OneThread one_thread;
-  auto world = MpiCommunicator::world();
+  auto world = testing::test_world();
   RunSpec spec;
   spec.steps = 4;
   TestModel straight = testing::unit_stack();
@@ -87,8 +87,8 @@ TEST(DataParallelStateN2, StopAtOneStageResumeAtAnotherContinuesExactly) {
   }
 }
 
-TEST(DataParallelStateN2, AStateForOtherParametersIsRejectedBeforeAnythingChanges) {
-  auto world = MpiCommunicator::world();
+RANK_TEST(DataParallelStateN2, AStateForOtherParametersIsRejectedBeforeAnythingChanges) {
+  auto world = testing::test_world();
   TestModel small = testing::unit_stack(29, 16, 2), big = testing::unit_stack(29, 16, 3);
   DataParallel a(small.module->named_parameters(), *world, with_units(small, 1));
   DataParallel b(big.module->named_parameters(), *world, with_units(big, 1));

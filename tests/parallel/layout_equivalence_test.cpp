@@ -21,6 +21,7 @@
 
 #include "nn/tiny_models.h"
 #include "parallel/layout_test_util.h"
+#include "parallel/rank_test.h"
 
 namespace tessera::parallel {
 namespace {
@@ -71,7 +72,7 @@ void expect_matches(const LayoutRun& got, const LayoutRun& ref, const nn::GPTCon
     if (e >= worst_weight) worst_name = a[i].first;
     worst_weight = std::max(worst_weight, e);
   }
-  if (MpiCommunicator::world()->rank() == 0)
+  if (testing::test_world()->rank() == 0)
     std::printf("  %-48s loss %.1e  weights %.1e (%s)\n", what.c_str(), worst_loss, worst_weight,
                 worst_name.c_str());
 }
@@ -99,7 +100,7 @@ constexpr auto kGPipe = ScheduleKind::gpipe;
 constexpr auto k1F1B = ScheduleKind::one_f_one_b;
 constexpr auto kInterleaved = ScheduleKind::interleaved;
 
-TEST(LayoutEquivalenceN2, DataParallelEveryZeroStage) {
+RANK_TEST(LayoutEquivalenceN2, DataParallelEveryZeroStage) {
   run_cases({{{2, 1, 1}, 0, k1F1B, 1, 1},
              {{2, 1, 1}, 1, k1F1B, 1, 2},
              {{2, 1, 1}, 2, k1F1B, 1, 2},
@@ -107,13 +108,13 @@ TEST(LayoutEquivalenceN2, DataParallelEveryZeroStage) {
              {{2, 1, 1}, 3, k1F1B, 1, 2, false, true}});
 }
 
-TEST(LayoutEquivalenceN2, TensorParallelWithAndWithoutSequenceParallelism) {
+RANK_TEST(LayoutEquivalenceN2, TensorParallelWithAndWithoutSequenceParallelism) {
   run_cases({{{1, 1, 2}, 0, k1F1B, 1, 1, false},
              {{1, 1, 2}, 0, k1F1B, 1, 2, true},
              {{1, 1, 2}, 0, k1F1B, 1, 1, true, true}});
 }
 
-TEST(LayoutEquivalenceN2, PipelineEverySchedule) {
+RANK_TEST(LayoutEquivalenceN2, PipelineEverySchedule) {
   run_cases({{{1, 2, 1}, 0, kGPipe, 1, 2},
              {{1, 2, 1}, 0, k1F1B, 1, 4},
              {{1, 2, 1}, 0, kInterleaved, 2, 2},
@@ -121,7 +122,7 @@ TEST(LayoutEquivalenceN2, PipelineEverySchedule) {
              {{1, 2, 1}, 0, kInterleaved, 2, 4, false, true}});
 }
 
-TEST(LayoutEquivalenceN4, DataAndTensorParallel) {
+RANK_TEST(LayoutEquivalenceN4, DataAndTensorParallel) {
   run_cases({{{2, 1, 2}, 0, k1F1B, 1, 1, false},
              {{2, 1, 2}, 1, k1F1B, 1, 2, true},
              {{2, 1, 2}, 2, k1F1B, 1, 1, true},
@@ -129,7 +130,7 @@ TEST(LayoutEquivalenceN4, DataAndTensorParallel) {
              {{2, 1, 2}, 3, k1F1B, 1, 1, true, true}});
 }
 
-TEST(LayoutEquivalenceN4, DataParallelPipeline) {
+RANK_TEST(LayoutEquivalenceN4, DataParallelPipeline) {
   run_cases({{{2, 2, 1}, 0, k1F1B, 1, 2},
              {{2, 2, 1}, 1, kInterleaved, 2, 2},
              {{2, 2, 1}, 2, kGPipe, 1, 2},
@@ -137,13 +138,13 @@ TEST(LayoutEquivalenceN4, DataParallelPipeline) {
              {{2, 2, 1}, 3, kInterleaved, 2, 2, false, true}});
 }
 
-TEST(LayoutEquivalenceN4, TensorParallelPipeline) {
+RANK_TEST(LayoutEquivalenceN4, TensorParallelPipeline) {
   run_cases({{{1, 2, 2}, 0, k1F1B, 1, 2, false},
              {{1, 2, 2}, 0, kInterleaved, 2, 2, true},
              {{1, 2, 2}, 0, kGPipe, 1, 4, true, true}});
 }
 
-TEST(LayoutEquivalenceN8, DataTensorPipeline) {
+RANK_TEST(LayoutEquivalenceN8, DataTensorPipeline) {
   run_cases({{{2, 2, 2}, 0, k1F1B, 1, 2, false},
              {{2, 2, 2}, 1, kInterleaved, 2, 2, true},
              {{2, 2, 2}, 2, kGPipe, 1, 2, true},

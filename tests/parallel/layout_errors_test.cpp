@@ -8,6 +8,7 @@
 
 #include "nn/tiny_models.h"
 #include "parallel/layout_test_util.h"
+#include "parallel/rank_test.h"
 #include "support/error_of.h"
 
 namespace tessera::parallel {
@@ -20,7 +21,7 @@ using testing::layout_llama;
 using tessera::testing::error_of;
 
 // layout_error is a pure function of the config, the model and the world size.
-TEST(LayoutErrorsN1, EachMisfitIsOneLineNamingTheSizes) {
+RANK_TEST(LayoutErrorsN1, EachMisfitIsOneLineNamingTheSizes) {
   const nn::GPTConfig model = layout_llama();  // 4 layers, 4 heads, 2 kv heads
   auto why = [&](
                  MeshShape mesh, int world,
@@ -73,17 +74,17 @@ TEST(LayoutErrorsN1, EachMisfitIsOneLineNamingTheSizes) {
 }
 
 // The trainer throws the same line on every rank, before building anything.
-TEST(LayoutErrorsN2, TrainerRefusesAMeshThatDoesNotFitTheRanks) {
+RANK_TEST(LayoutErrorsN2, TrainerRefusesAMeshThatDoesNotFitTheRanks) {
   const std::string e = error_of([] {
-    ParallelTrainer t(MpiCommunicator::world(), layout_llama(), layout_config({2, 2, 1}));
+    ParallelTrainer t(testing::test_world(), layout_llama(), layout_config({2, 2, 1}));
   });
   EXPECT_EQ(e, "parallel layout: dp*tp*pp = 2*1*2 = 4 does not match the 2 ranks");
 }
 
-TEST(LayoutErrorsN2, StepAndLoadRefuseWhatDoesNotFit) {
+RANK_TEST(LayoutErrorsN2, StepAndLoadRefuseWhatDoesNotFit) {
   nn::testing::OneThread one_thread;
   const nn::GPTConfig model = layout_llama();
-  ParallelTrainer t(MpiCommunicator::world(), model, layout_config({1, 2, 1}));
+  ParallelTrainer t(testing::test_world(), model, layout_config({1, 2, 1}));
   EXPECT_NE(error_of([&] {
               t.step(zeros({4, 8}, DType::i64), zeros({4, 8}, DType::i64));
             }).find("inputs and targets must be integer [8, 8]"),
@@ -105,7 +106,7 @@ TEST(LayoutErrorsN2, StepAndLoadRefuseWhatDoesNotFit) {
 }
 
 // A state dict saved under one layout loads under another and gives back the same tensors.
-TEST(LayoutErrorsN2, FullStateRoundTripsAcrossLayouts) {
+RANK_TEST(LayoutErrorsN2, FullStateRoundTripsAcrossLayouts) {
   nn::testing::OneThread one_thread;
   const nn::GPTConfig model = layout_gpt2();
   nn::GPT single(model);
@@ -117,7 +118,7 @@ TEST(LayoutErrorsN2, FullStateRoundTripsAcrossLayouts) {
   for (MeshShape mesh : {MeshShape{1, 1, 2}, MeshShape{1, 2, 1}, MeshShape{2, 1, 1}}) {
     ParallelConfig p = layout_config(mesh);
     p.zero_stage = mesh.dp > 1 ? 3 : 0;
-    ParallelTrainer t(MpiCommunicator::world(), model, p);
+    ParallelTrainer t(testing::test_world(), model, p);
     t.load_full_state(want);
     nn::StateDict got = t.gather_full_state();
     ASSERT_EQ(got.size(), want.size()) << mesh.to_string();

@@ -14,6 +14,7 @@
 
 #include "nn/tiny_models.h"
 #include "parallel/layout_test_util.h"
+#include "parallel/rank_test.h"
 
 namespace tessera::parallel {
 namespace {
@@ -51,7 +52,7 @@ void expect_identical(const nn::StateDict& a, const nn::StateDict& b, const std:
 // The same value on every rank of the world, to the bit.
 void expect_same_on_every_rank(double x, const std::string& what) {
   Tensor extremes = from_vector<double>({x, -x}, Shape{2});  // max and -min
-  MpiCommunicator::world()->all_reduce(extremes, CommOp::max);
+  testing::test_world()->all_reduce(extremes, CommOp::max);
   const std::vector<double> e = to_vector<double>(extremes);
   EXPECT_EQ(e[0], -e[1]) << what;
 }
@@ -72,7 +73,7 @@ void run_cases(const std::vector<Case>& cases) {
     nn::GPT gpt(model);
     gpt.load_state_dict(ref.weights);
 
-    ParallelTrainer trainer(MpiCommunicator::world(), model, p);
+    ParallelTrainer trainer(testing::test_world(), model, p);
     for (int64_t step = 0; step < kTrainSteps; ++step) {
       const Batch b = global_batch(step, p.batch_size, p.seq_len, model.vocab_size);
       trainer.step(b.inputs, b.targets);
@@ -86,7 +87,7 @@ void run_cases(const std::vector<Case>& cases) {
       const double want = reference_loss(gpt, *b);
       EXPECT_LE(std::abs(got - want) / want, kRelTol) << batch << ": " << got << " vs " << want;
       expect_same_on_every_rank(got, batch);
-      if (MpiCommunicator::world()->rank() == 0)
+      if (testing::test_world()->rank() == 0)
         std::printf("  %-56s eval loss rel. error %.1e\n", batch.c_str(),
                     std::abs(got - want) / want);
     }
@@ -103,22 +104,22 @@ void run_cases(const std::vector<Case>& cases) {
 constexpr auto k1F1B = ScheduleKind::one_f_one_b;
 constexpr auto kInterleaved = ScheduleKind::interleaved;
 
-TEST(LayoutEvalN2, DataParallel) {
+RANK_TEST(LayoutEvalN2, DataParallel) {
   run_cases({{{2, 1, 1}, 0, k1F1B, 1, 2}, {{2, 1, 1}, 3, k1F1B, 1, 2, false, true}});
 }
 
-TEST(LayoutEvalN2, TensorParallelWithAndWithoutSequenceParallelism) {
+RANK_TEST(LayoutEvalN2, TensorParallelWithAndWithoutSequenceParallelism) {
   run_cases({{{1, 1, 2}, 0, k1F1B, 1, 1, false}, {{1, 1, 2}, 0, k1F1B, 1, 2, true, true}});
 }
 
-TEST(LayoutEvalN2, Pipeline) {
+RANK_TEST(LayoutEvalN2, Pipeline) {
   run_cases({{{1, 2, 1}, 0, k1F1B, 1, 2}, {{1, 2, 1}, 0, kInterleaved, 2, 2, false, true}});
 }
 
 // Dropout is off during evaluate: with dropout 0.5 on trained weights (at init the logits are
 // near zero and dropout barely moves the loss), the eval-mode loss differs from the
 // training-mode one by far more than the tolerance, and evaluate gives the eval-mode one.
-TEST(LayoutEvalN2, DropoutIsOff) {
+RANK_TEST(LayoutEvalN2, DropoutIsOff) {
   nn::testing::OneThread one_thread;
   const ParallelConfig p = layout_config({1, 2, 1});
   const testing::LayoutRun trained = testing::run_reference(layout_llama(), p);
@@ -130,16 +131,16 @@ TEST(LayoutEvalN2, DropoutIsOff) {
   const double eval_loss = reference_loss(gpt, b);
   const double train_loss = gpt.loss(b.inputs, b.targets).item<double>();
   ASSERT_GT(std::abs(train_loss - eval_loss) / eval_loss, 100 * kRelTol);
-  ParallelTrainer trainer(MpiCommunicator::world(), model, p);
+  ParallelTrainer trainer(testing::test_world(), model, p);
   trainer.load_full_state(trained.weights);
   const double got = trainer.evaluate(b.inputs, b.targets);
   EXPECT_LE(std::abs(got - eval_loss) / eval_loss, kRelTol) << got << " vs " << eval_loss;
   for (const auto& chunk : trainer.chunks()) EXPECT_TRUE(chunk->is_training());
 }
 
-TEST(LayoutEvalN2, RejectsABatchThatDoesNotSplitOverDp) {
+RANK_TEST(LayoutEvalN2, RejectsABatchThatDoesNotSplitOverDp) {
   nn::testing::OneThread one_thread;
-  ParallelTrainer trainer(MpiCommunicator::world(), layout_llama(), layout_config({2, 1, 1}));
+  ParallelTrainer trainer(testing::test_world(), layout_llama(), layout_config({2, 1, 1}));
   const Batch b = global_batch(0, 3, 8, layout_llama().vocab_size);
   try {
     trainer.evaluate(b.inputs, b.targets);
@@ -149,11 +150,11 @@ TEST(LayoutEvalN2, RejectsABatchThatDoesNotSplitOverDp) {
   }
 }
 
-TEST(LayoutEvalN4, TensorParallelPipeline) {
+RANK_TEST(LayoutEvalN4, TensorParallelPipeline) {
   run_cases({{{1, 2, 2}, 0, k1F1B, 1, 2, true}, {{2, 1, 2}, 1, k1F1B, 1, 2, false, true}});
 }
 
-TEST(LayoutEvalN8, DataTensorPipeline) {
+RANK_TEST(LayoutEvalN8, DataTensorPipeline) {
   run_cases({{{2, 2, 2}, 3, kInterleaved, 2, 2, true, true}});
 }
 

@@ -26,6 +26,7 @@
 
 #include "nn/tiny_models.h"
 #include "parallel/layout_test_util.h"
+#include "parallel/rank_test.h"
 
 namespace tessera::parallel {
 namespace {
@@ -69,19 +70,19 @@ void zero_stages_agree(MeshShape mesh, ScheduleKind kind, int m, const nn::GPTCo
   if (m == 1) expect_identical(runs[2], runs[0], what + ": ZeRO-2 vs ZeRO-0");
 }
 
-TEST(LayoutExactN2, ZeroStagesAreBitIdenticalOnOneLayout) {
+RANK_TEST(LayoutExactN2, ZeroStagesAreBitIdenticalOnOneLayout) {
   nn::testing::OneThread one_thread;
   zero_stages_agree({2, 1, 1}, ScheduleKind::one_f_one_b, 1, layout_gpt2());
   zero_stages_agree({2, 1, 1}, ScheduleKind::one_f_one_b, 2, layout_llama());
 }
 
-TEST(LayoutExactN4, ZeroStagesAreBitIdenticalUnderTensorAndPipelineParallelism) {
+RANK_TEST(LayoutExactN4, ZeroStagesAreBitIdenticalUnderTensorAndPipelineParallelism) {
   nn::testing::OneThread one_thread;
   zero_stages_agree({2, 2, 1}, ScheduleKind::one_f_one_b, 2, layout_gpt2());
   zero_stages_agree({2, 1, 2}, ScheduleKind::one_f_one_b, 1, layout_llama());
 }
 
-TEST(LayoutExactN2, PipelineWithOneMicroBatchIsOneProcess) {
+RANK_TEST(LayoutExactN2, PipelineWithOneMicroBatchIsOneProcess) {
   nn::testing::OneThread one_thread;
   const nn::GPTConfig model = layout_llama();
   ParallelConfig p = layout_config({});
@@ -98,7 +99,7 @@ TEST(LayoutExactN2, PipelineWithOneMicroBatchIsOneProcess) {
   }
 }
 
-TEST(LayoutExactN2, GPipeAndOneFOneBAgree) {
+RANK_TEST(LayoutExactN2, GPipeAndOneFOneBAgree) {
   nn::testing::OneThread one_thread;
   for (const nn::GPTConfig& model : {layout_llama(), layout_gpt2()}) {
     const LayoutRun gpipe =

@@ -11,6 +11,7 @@
 
 #include "nn/tiny_models.h"
 #include "parallel/layout_test_util.h"
+#include "parallel/rank_test.h"
 
 namespace tessera::parallel {
 namespace {
@@ -36,23 +37,23 @@ void expect_layout_matches_one_process(const testing::LayoutCase& c) {
     EXPECT_LE(e, kRelTol) << p.describe() << " " << got.weights[i].first;
     worst_weight = std::max(worst_weight, e);
   }
-  if (MpiCommunicator::world()->rank() == 0)
+  if (testing::test_world()->rank() == 0)
     std::printf("  %-48s loss %.1e  weights %.1e\n", p.describe().c_str(), worst_loss,
                 worst_weight);
 }
 
 constexpr auto k1F1B = ScheduleKind::one_f_one_b;
 
-TEST(LayoutIgnoreIndexN1, MicroBatchesOfOneProcess) {
+RANK_TEST(LayoutIgnoreIndexN1, MicroBatchesOfOneProcess) {
   expect_layout_matches_one_process({{1, 1, 1}, 0, k1F1B, 1, 4});
 }
 
-TEST(LayoutIgnoreIndexN2, DataParallelWithMicroBatches) {
+RANK_TEST(LayoutIgnoreIndexN2, DataParallelWithMicroBatches) {
   expect_layout_matches_one_process({{2, 1, 1}, 0, k1F1B, 1, 2});
   expect_layout_matches_one_process({{2, 1, 1}, 3, k1F1B, 1, 2});
 }
 
-TEST(LayoutIgnoreIndexN4, DataParallelPipeline) {
+RANK_TEST(LayoutIgnoreIndexN4, DataParallelPipeline) {
   expect_layout_matches_one_process({{2, 2, 1}, 1, k1F1B, 1, 2});
 }
 

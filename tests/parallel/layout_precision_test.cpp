@@ -46,6 +46,7 @@
 #include <string>
 
 #include "parallel/layout_test_util.h"
+#include "parallel/rank_test.h"
 
 namespace tessera::parallel {
 namespace {
@@ -69,7 +70,7 @@ using testing::run_single;
 // bf16 and bit for bit the rounding of its fp32 master.
 LayoutRun run_layout_bf16(const nn::GPTConfig& model, const ParallelConfig& p,
                           const std::string& what) {
-  ParallelTrainer trainer(MpiCommunicator::world(), model, p);
+  ParallelTrainer trainer(testing::test_world(), model, p);
   LayoutRun r;
   for (int64_t step = 0; step < testing::kLayoutSteps; ++step) {
     Batch b = global_batch(step, p.batch_size, p.seq_len, model.vocab_size);
@@ -142,36 +143,36 @@ void expect_tracks_single_process_bf16(const Case& c) {
   }
   const double weight_error = whole_model_error(layout.weights, bf16.weights);
   EXPECT_LE(weight_error, kWeightTol) << what << ": master weights after ten steps";
-  if (MpiCommunicator::world()->rank() == 0)
+  if (testing::test_world()->rank() == 0)
     std::printf("  %-60s first norm %.1e (fp32 %.1e) | losses %.1e | weights %.1e\n", what.c_str(),
                 norm_error, fp32_norm_error, loss_error, weight_error);
 }
 
-TEST(LayoutPrecisionN2, DataParallelBf16) {
+RANK_TEST(LayoutPrecisionN2, DataParallelBf16) {
   expect_tracks_single_process_bf16({.mesh = {2, 1, 1}, .zero = 0});
   expect_tracks_single_process_bf16({.mesh = {2, 1, 1}, .zero = 3});
 }
 
-TEST(LayoutPrecisionN2, TensorParallelBf16) {
+RANK_TEST(LayoutPrecisionN2, TensorParallelBf16) {
   expect_tracks_single_process_bf16({.mesh = {1, 1, 2}});
 }
 
-TEST(LayoutPrecisionN2, PipelineBf16) {
+RANK_TEST(LayoutPrecisionN2, PipelineBf16) {
   expect_tracks_single_process_bf16({.mesh = {1, 2, 1}, .m = 2});
   expect_tracks_single_process_bf16({.mesh = {1, 2, 1}, .m = 2, .gpt2 = true});
   expect_tracks_single_process_bf16(
       {.mesh = {1, 2, 1}, .schedule = ScheduleKind::interleaved, .v = 2, .m = 2});
 }
 
-TEST(LayoutPrecisionN4, TensorParallelPipelineBf16) {
+RANK_TEST(LayoutPrecisionN4, TensorParallelPipelineBf16) {
   expect_tracks_single_process_bf16({.mesh = {1, 2, 2}, .m = 2});
 }
 
-TEST(LayoutPrecisionN4, DataTensorSequenceParallelBf16) {
+RANK_TEST(LayoutPrecisionN4, DataTensorSequenceParallelBf16) {
   expect_tracks_single_process_bf16({.mesh = {2, 1, 2}, .zero = 1, .sp = true});
 }
 
-TEST(LayoutPrecisionN8, DataTensorPipelineBf16) {
+RANK_TEST(LayoutPrecisionN8, DataTensorPipelineBf16) {
   expect_tracks_single_process_bf16({.mesh = {2, 2, 2}, .zero = 2, .m = 2});
 }
 
@@ -207,7 +208,7 @@ void expect_overflow_skipped_everywhere(MeshShape mesh, int zero, int poisoned_r
   const nn::GPTConfig model = layout_llama();
   const ParallelConfig p = fp16_config(mesh, zero);
   const std::string what = p.describe();
-  ParallelTrainer trainer(MpiCommunicator::world(), model, p);
+  ParallelTrainer trainer(testing::test_world(), model, p);
   const nn::DynamicLossScaler* scaler = trainer.precision().scaler();
   ASSERT_NE(scaler, nullptr);
   auto batch = [&](int64_t step) {
@@ -221,7 +222,7 @@ void expect_overflow_skipped_everywhere(MeshShape mesh, int zero, int poisoned_r
   const nn::StateDict weights = cloned(trainer.gather_full_state());
   const nn::OptimizerState optimizer = trainer.data_parallel().optimizer_state();
   const int64_t updates = trainer.data_parallel().step_count();
-  if (MpiCommunicator::world()->rank() == poisoned_rank) {
+  if (testing::test_world()->rank() == poisoned_rank) {
     // AccumulateGrad adds the backward pass's gradient to this one: inf stays inf.
     const Tensor c = trainer.chunks().front()->named_parameters().front().second;
     c.set_grad(full(c.shape(), std::numeric_limits<double>::infinity(), c.dtype()));
@@ -249,24 +250,24 @@ void expect_overflow_skipped_everywhere(MeshShape mesh, int zero, int poisoned_r
   EXPECT_EQ(scaler->skipped_steps(), 1) << what;
 }
 
-TEST(LayoutPrecisionN2, Fp16OverflowOnOneRankSkipsEveryRank) {
+RANK_TEST(LayoutPrecisionN2, Fp16OverflowOnOneRankSkipsEveryRank) {
   expect_overflow_skipped_everywhere({2, 1, 1}, 0, 1);
   expect_overflow_skipped_everywhere({2, 1, 1}, 3, 0);
   expect_overflow_skipped_everywhere({1, 2, 1}, 0, 1);
 }
 
-TEST(LayoutPrecisionN4, Fp16OverflowOnOneRankSkipsEveryRank) {
+RANK_TEST(LayoutPrecisionN4, Fp16OverflowOnOneRankSkipsEveryRank) {
   expect_overflow_skipped_everywhere({2, 1, 2}, 2, 3);
   expect_overflow_skipped_everywhere({1, 2, 2}, 0, 2);
 }
 
 // The loss scaler's state written by a layout resumes another layout and one process alike.
-TEST(LayoutPrecisionN2, Fp16ScalerStateResumes) {
+RANK_TEST(LayoutPrecisionN2, Fp16ScalerStateResumes) {
   const nn::GPTConfig model = layout_llama();
   const ParallelConfig p = fp16_config({2, 1, 1}, 1);
-  ParallelTrainer first(MpiCommunicator::world(), model, p);
+  ParallelTrainer first(testing::test_world(), model, p);
   for (int64_t step = 0; step < 3; ++step) {
-    if (step == 1 && MpiCommunicator::world()->rank() == 0) {
+    if (step == 1 && testing::test_world()->rank() == 0) {
       const Tensor c = first.chunks().front()->named_parameters().front().second;
       c.set_grad(full(c.shape(), std::numeric_limits<double>::infinity(), c.dtype()));
     }
@@ -279,7 +280,7 @@ TEST(LayoutPrecisionN2, Fp16ScalerStateResumes) {
   EXPECT_EQ(first.precision().scaler()->scale(), 512);
   EXPECT_EQ(first.precision().scaler()->clean_steps(), 1);
 
-  ParallelTrainer second(MpiCommunicator::world(), model, fp16_config({1, 1, 2}, 0));
+  ParallelTrainer second(testing::test_world(), model, fp16_config({1, 1, 2}, 0));
   second.precision().load_state(state);
   EXPECT_EQ(second.precision().scaler()->state(), first.precision().scaler()->state());
 
@@ -292,7 +293,7 @@ TEST(LayoutPrecisionN2, Fp16ScalerStateResumes) {
   // A bf16 layout ignores an fp16 scaler, as one process does.
   ParallelConfig bf16 = p;
   bf16.precision = nn::Precision::bf16;
-  ParallelTrainer third(MpiCommunicator::world(), model, bf16);
+  ParallelTrainer third(testing::test_world(), model, bf16);
   third.precision().load_state(state);
   EXPECT_EQ(third.precision().scaler(), nullptr);
   EXPECT_EQ(third.precision().loss_scale(), 1);

@@ -21,6 +21,7 @@
 
 #include "nn/tiny_models.h"
 #include "parallel/layout_test_util.h"
+#include "parallel/rank_test.h"
 
 namespace tessera::parallel {
 namespace {
@@ -94,7 +95,7 @@ Saved train(const nn::GPTConfig& model, const Layout& l, const Saved* in, int64_
     for (auto& [name, t] : out.optimizer.tensors) t = ops::clone(t);
     return out;
   }
-  ParallelTrainer trainer(MpiCommunicator::world(), model, p);
+  ParallelTrainer trainer(testing::test_world(), model, p);
   if (in) {
     trainer.load_full_state(in->model);
     trainer.load_full_optimizer_state(in->optimizer);
@@ -133,31 +134,31 @@ void resume_across(const Layout& a, const Layout& b, bool gpt2) {
     EXPECT_LE(e, kRelTol) << what << " " << end.model[i].first;
     worst_weight = std::max(worst_weight, e);
   }
-  if (MpiCommunicator::world()->rank() == 0)
+  if (testing::test_world()->rank() == 0)
     std::printf("  %-72s loss %.1e  weights %.1e\n", what.c_str(), worst_loss, worst_weight);
 }
 
 constexpr auto k1F1B = ScheduleKind::one_f_one_b;
 constexpr auto kInterleaved = ScheduleKind::interleaved;
 
-TEST(LayoutResumeN2, DataParallelZero1ToTensorParallel) {
+RANK_TEST(LayoutResumeN2, DataParallelZero1ToTensorParallel) {
   resume_across({MeshShape{2, 1, 1}, 1, k1F1B, 1, 2}, {MeshShape{1, 1, 2}, 0, k1F1B, 1, 1, true},
                 false);
 }
 
-TEST(LayoutResumeN2, TiedPipelineToZero3) {
+RANK_TEST(LayoutResumeN2, TiedPipelineToZero3) {
   resume_across({MeshShape{1, 2, 1}, 0, kInterleaved, 2, 2}, {MeshShape{2, 1, 1}, 3, k1F1B, 1, 2},
                 true);
 }
 
-TEST(LayoutResumeN2, TensorParallelToOneProcessAndBack) {
+RANK_TEST(LayoutResumeN2, TensorParallelToOneProcessAndBack) {
   resume_across({MeshShape{1, 1, 2}}, kOneProcess, false);
   resume_across(kOneProcess, {MeshShape{1, 1, 2}, 0, k1F1B, 1, 2, true}, true);
 }
 
 // The gathered state is what nn::AdamW over the single-process model holds: the same tensor
 // names in the same order with the same shapes, and the same scalars but for the values.
-TEST(LayoutResumeN2, GatheredStateIsTheSingleProcessFormat) {
+RANK_TEST(LayoutResumeN2, GatheredStateIsTheSingleProcessFormat) {
   nn::testing::OneThread one_thread;
   const nn::GPTConfig model = layout_gpt2();
   std::vector<double> losses;
@@ -172,10 +173,10 @@ TEST(LayoutResumeN2, GatheredStateIsTheSingleProcessFormat) {
 }
 
 // Every rank refuses a malformed state with the same message and keeps its own.
-TEST(LayoutResumeN2, RefusesAMalformedState) {
+RANK_TEST(LayoutResumeN2, RefusesAMalformedState) {
   nn::testing::OneThread one_thread;
   const nn::GPTConfig model = layout_llama();
-  ParallelTrainer trainer(MpiCommunicator::world(), model, config_of({MeshShape{1, 1, 2}}));
+  ParallelTrainer trainer(testing::test_world(), model, config_of({MeshShape{1, 1, 2}}));
   const Batch b = global_batch(0, 8, 8, model.vocab_size);
   trainer.step(b.inputs, b.targets);
   const nn::OptimizerState good = trainer.gather_full_optimizer_state();
@@ -211,16 +212,16 @@ TEST(LayoutResumeN2, RefusesAMalformedState) {
         << good.tensors[i].first;
 }
 
-TEST(LayoutResumeN4, TensorPipelineToDataParallelZero3) {
+RANK_TEST(LayoutResumeN4, TensorPipelineToDataParallelZero3) {
   resume_across({MeshShape{1, 2, 2}, 0, k1F1B, 1, 2}, {MeshShape{4, 1, 1}, 3, k1F1B, 1, 2}, true);
 }
 
-TEST(LayoutResumeN4, DataTensorToTiedInterleavedPipeline) {
+RANK_TEST(LayoutResumeN4, DataTensorToTiedInterleavedPipeline) {
   resume_across({MeshShape{2, 1, 2}, 2, k1F1B, 1, 1, true},
                 {MeshShape{1, 2, 2}, 0, kInterleaved, 2, 2}, true);
 }
 
-TEST(LayoutResumeN8, OneProcessToDataTensorPipeline) {
+RANK_TEST(LayoutResumeN8, OneProcessToDataTensorPipeline) {
   resume_across(kOneProcess, {MeshShape{2, 2, 2}, 3, k1F1B, 1, 2, true}, true);
 }
 

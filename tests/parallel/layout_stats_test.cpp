@@ -8,6 +8,7 @@
 
 #include "nn/tiny_models.h"
 #include "parallel/layout_test_util.h"
+#include "tessera/parallel/comm/mpi_communicator.h"
 
 namespace tessera::parallel {
 namespace {

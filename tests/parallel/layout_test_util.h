@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "parallel/dp_test_util.h"
+#include "parallel/rank_test.h"
 #include "tessera/nn/nn.h"
-#include "tessera/parallel/comm/mpi_communicator.h"
 #include "tessera/parallel/engine/parallel_trainer.h"
 #include "tessera/tessera.h"
 
@@ -181,7 +181,7 @@ inline LayoutRun run_single(const nn::GPTConfig& model, const ParallelConfig& p,
 // The same steps under ParallelTrainer on the MPI world.
 inline LayoutRun run_layout(const nn::GPTConfig& model, const ParallelConfig& p,
                             int64_t steps = kLayoutSteps, bool masked = false) {
-  ParallelTrainer trainer(MpiCommunicator::world(), model, p);
+  ParallelTrainer trainer(test_world(), model, p);
   LayoutRun r;
   for (int64_t step = 0; step < steps; ++step) {
     Batch b = step_batch(step, p, model.vocab_size, masked);

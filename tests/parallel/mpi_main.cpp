@@ -1,11 +1,25 @@
-// gtest main for the distributed tests: every rank runs every test; rank 0 prints progress and
-// every rank prints its own failures, prefixed with its rank.
+// gtest main for the distributed tests under mpiexec: every rank runs every test; rank 0
+// prints progress and every rank prints its own failures, prefixed with its rank.
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
+#include "parallel/rank_test.h"
 #include "tessera/parallel/comm/mpi_communicator.h"
+
+namespace tessera::parallel::testing {
+
+std::shared_ptr<Communicator> test_world() {
+  return MpiCommunicator::world();
+}
+
+// mpiexec started the ranks: each process runs the body once.
+void run_rank_test(const char*, void (*body)()) {
+  body();
+}
+
+}  // namespace tessera::parallel::testing
 
 namespace {
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "parallel/rank_test.h"
 #include "tessera/core/error.h"
 #include "tessera/parallel/pipeline/schedule.h"
 #include "tessera/parallel/pipeline/simulator.h"
@@ -35,7 +36,7 @@ std::string report(const Schedule& s, const SimulationOptions& options = {}) {
 #define EXPECT_REPORTS(text, needle) \
   EXPECT_NE((text).find(needle), std::string::npos) << "report:\n" << (text)
 
-TEST(PipelineBrokenScheduleN1, BackwardSwappedBeforeItsForward) {
+RANK_TEST(PipelineBrokenScheduleN1, BackwardSwappedBeforeItsForward) {
   Schedule s = make_schedule(ScheduleKind::one_f_one_b, 2, 1, 4);
   // The last rank runs F0 then B0; swap them.
   std::vector<Action>& list = s.ranks[1];
@@ -44,7 +45,7 @@ TEST(PipelineBrokenScheduleN1, BackwardSwappedBeforeItsForward) {
   EXPECT_THROW(check_schedule(s), Error);
 }
 
-TEST(PipelineBrokenScheduleN1, ForwardSwappedBeforeItsInputArrives) {
+RANK_TEST(PipelineBrokenScheduleN1, ForwardSwappedBeforeItsInputArrives) {
   Schedule s = make_schedule(ScheduleKind::gpipe, 2, 1, 4);
   std::vector<Action>& list = s.ranks[1];
   std::swap(list[find(s, 1, ActionKind::recv_activation, 2)],
@@ -52,7 +53,7 @@ TEST(PipelineBrokenScheduleN1, ForwardSwappedBeforeItsInputArrives) {
   EXPECT_REPORTS(report(s), "(F m2 c0): runs before its input activation was received");
 }
 
-TEST(PipelineBrokenScheduleN1, ReceivesSwappedAreMatchedInOrder) {
+RANK_TEST(PipelineBrokenScheduleN1, ReceivesSwappedAreMatchedInOrder) {
   Schedule s = make_schedule(ScheduleKind::gpipe, 2, 1, 4);
   std::vector<Action>& list = s.ranks[1];
   std::swap(list[find(s, 1, ActionKind::recv_activation, 0)],
@@ -62,7 +63,7 @@ TEST(PipelineBrokenScheduleN1, ReceivesSwappedAreMatchedInOrder) {
                  "rank 0 on this channel is micro-batch 0");
 }
 
-TEST(PipelineBrokenScheduleN1, ChunksOnOneRankSwapped) {
+RANK_TEST(PipelineBrokenScheduleN1, ChunksOnOneRankSwapped) {
   Schedule s = make_schedule(ScheduleKind::gpipe, 1, 2, 2);
   std::vector<Action>& list = s.ranks[0];
   std::swap(list[find(s, 0, ActionKind::forward, 0, 0)],
@@ -70,7 +71,7 @@ TEST(PipelineBrokenScheduleN1, ChunksOnOneRankSwapped) {
   EXPECT_REPORTS(report(s), "(F m0 c1): runs before its input, the forward of chunk 0");
 }
 
-TEST(PipelineBrokenScheduleN1, DroppedSendDeadlocks) {
+RANK_TEST(PipelineBrokenScheduleN1, DroppedSendDeadlocks) {
   // The last message on its channel: nothing later can be mistaken for it.
   Schedule s = make_schedule(ScheduleKind::one_f_one_b, 4, 1, 8);
   std::vector<Action>& list = s.ranks[1];
@@ -89,14 +90,14 @@ TEST(PipelineBrokenScheduleN1, DroppedSendDeadlocks) {
                  "this channel is micro-batch 6");
 }
 
-TEST(PipelineBrokenScheduleN1, DroppedBackwardIsUnbalanced) {
+RANK_TEST(PipelineBrokenScheduleN1, DroppedBackwardIsUnbalanced) {
   Schedule s = make_schedule(ScheduleKind::one_f_one_b, 2, 1, 4);
   std::vector<Action>& list = s.ranks[0];  // the first stage sends no gradient on
   list.erase(list.begin() + std::ptrdiff_t(find(s, 0, ActionKind::backward, 3)));
   EXPECT_REPORTS(report(s), "rank 0 never runs the backward of micro-batch 3 chunk 0");
 }
 
-TEST(PipelineBrokenScheduleN1, DuplicatesAndStrayMessages) {
+RANK_TEST(PipelineBrokenScheduleN1, DuplicatesAndStrayMessages) {
   Schedule twice = make_schedule(ScheduleKind::gpipe, 2, 1, 2);
   twice.ranks[0].insert(twice.ranks[0].begin() + 1, twice.ranks[0][0]);
   EXPECT_REPORTS(report(twice), "rank 0 action 1 (F m0 c0): runs a second time");
@@ -112,7 +113,7 @@ TEST(PipelineBrokenScheduleN1, DuplicatesAndStrayMessages) {
   EXPECT_REPORTS(report(early), "sends an activation before its forward ran");
 }
 
-TEST(PipelineBrokenScheduleN1, WrongPeersAndRanges) {
+RANK_TEST(PipelineBrokenScheduleN1, WrongPeersAndRanges) {
   Schedule peer = make_schedule(ScheduleKind::gpipe, 4, 1, 2);
   peer.ranks[1][find(peer, 1, ActionKind::send_activation, 0)].peer = 3;
   EXPECT_REPORTS(report(peer), "(send_activation m0 c0 -> 3): must go to rank 2");
@@ -126,7 +127,7 @@ TEST(PipelineBrokenScheduleN1, WrongPeersAndRanges) {
   EXPECT_REPORTS(report(range), "micro-batch or chunk out of range (m = 2, v = 1)");
 }
 
-TEST(PipelineBrokenScheduleN1, TiedAllReduceBeforeTheGradientIsComplete) {
+RANK_TEST(PipelineBrokenScheduleN1, TiedAllReduceBeforeTheGradientIsComplete) {
   Schedule s = make_schedule(ScheduleKind::one_f_one_b, 2, 1, 4, {.tied_embedding = true});
   std::rotate(s.ranks[0].begin(), s.ranks[0].end() - 1, s.ranks[0].end());
   EXPECT_REPORTS(report(s),
@@ -141,7 +142,7 @@ TEST(PipelineBrokenScheduleN1, TiedAllReduceBeforeTheGradientIsComplete) {
 
 // Why the executor posts sends asynchronously: with rendezvous sends, 1F1B's steady state has
 // neighbours sending to each other at once. GPipe only ever sends one way at a time.
-TEST(PipelineBrokenScheduleN1, BlockingSendsDeadlockOneFOneB) {
+RANK_TEST(PipelineBrokenScheduleN1, BlockingSendsDeadlockOneFOneB) {
   SimulationOptions blocking;
   blocking.blocking_sends = true;
   Schedule s = make_schedule(ScheduleKind::one_f_one_b, 4, 1, 8);

@@ -19,9 +19,9 @@
 #include <map>
 #include <thread>
 
+#include "parallel/rank_test.h"
 #include "support/error_of.h"
 #include "tessera/parallel/comm/local_communicator.h"
-#include "tessera/parallel/comm/mpi_communicator.h"
 #include "tessera/parallel/mesh.h"
 #include "tessera/parallel/pipeline/executor.h"
 #include "tessera/parallel/pipeline/partition.h"
@@ -237,19 +237,19 @@ struct Layout {
 };
 
 void run_layouts(const std::vector<Layout>& layouts, const MeshShape& shape) {
-  DeviceMesh mesh(MpiCommunicator::world(), shape);
+  DeviceMesh mesh(testing::test_world(), shape);
   for (const Layout& l : layouts)
     expect_pipeline_equals_one_process(l.kind, l.v, l.m, mesh.pp(), mesh.embedding());
 }
 
-TEST(PipelineExecutorN1, ChunksOnOneRankMatchOneProcess) {
+RANK_TEST(PipelineExecutorN1, ChunksOnOneRankMatchOneProcess) {
   LocalCommunicator pp("pp");
   expect_pipeline_equals_one_process(ScheduleKind::gpipe, 1, 4, pp, nullptr);
   expect_pipeline_equals_one_process(ScheduleKind::gpipe, 4, 2, pp, nullptr);
   expect_pipeline_equals_one_process(ScheduleKind::interleaved, 2, 4, pp, nullptr);
 }
 
-TEST(PipelineExecutorN2, MatchesOneProcess) {
+RANK_TEST(PipelineExecutorN2, MatchesOneProcess) {
   run_layouts({{ScheduleKind::gpipe, 1, 4},
                {ScheduleKind::one_f_one_b, 1, 4},
                {ScheduleKind::one_f_one_b, 1, 1},
@@ -258,7 +258,7 @@ TEST(PipelineExecutorN2, MatchesOneProcess) {
               {1, 2, 1});
 }
 
-TEST(PipelineExecutorN4, MatchesOneProcess) {
+RANK_TEST(PipelineExecutorN4, MatchesOneProcess) {
   run_layouts({{ScheduleKind::gpipe, 1, 8},
                {ScheduleKind::one_f_one_b, 1, 8},
                {ScheduleKind::interleaved, 2, 4},
@@ -267,7 +267,7 @@ TEST(PipelineExecutorN4, MatchesOneProcess) {
 }
 
 // Two data-parallel replicas of a 2-stage pipeline: the executor runs over the pp sub-group.
-TEST(PipelineExecutorN4, RunsOnAPipelineSubGroup) {
+RANK_TEST(PipelineExecutorN4, RunsOnAPipelineSubGroup) {
   run_layouts({{ScheduleKind::one_f_one_b, 1, 4}, {ScheduleKind::interleaved, 2, 2}}, {2, 2, 1});
 }
 
@@ -310,8 +310,8 @@ class SleepStage final : public PipelineStage {
 
 // With 20 ms forwards and 40 ms backwards the transfers and bookkeeping are small, and sleeping
 // ranks do not compete for the two cores: the measured bubble lands near the simulated one.
-TEST(PipelineExecutorN4, MeasuredBubbleTracksTheSimulator) {
-  auto world = MpiCommunicator::world();
+RANK_TEST(PipelineExecutorN4, MeasuredBubbleTracksTheSimulator) {
+  auto world = testing::test_world();
   for (auto [kind, v] : {std::pair{ScheduleKind::one_f_one_b, 1}, {ScheduleKind::interleaved, 2}}) {
     Schedule s = make_schedule(kind, 4, v, 8);
     SleepStage stage(s, world->rank());
@@ -342,7 +342,7 @@ class FixedStage final : public PipelineStage {
 
 using tessera::testing::error_of;
 
-TEST(PipelineExecutorN1, RejectsMismatchedGroupsShapesAndLosses) {
+RANK_TEST(PipelineExecutorN1, RejectsMismatchedGroupsShapesAndLosses) {
   LocalCommunicator pp("pp");
   FixedStage two(leaf(ones({2})));
   std::string e =

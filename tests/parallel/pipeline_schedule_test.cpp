@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <iostream>
 
+#include "parallel/rank_test.h"
 #include "tessera/core/error.h"
 #include "tessera/parallel/pipeline/nccl_order.h"
 #include "tessera/parallel/pipeline/partition.h"
@@ -57,7 +58,7 @@ void check_theory(const Schedule& s, const SimulationResult& r, const Simulation
   }
 }
 
-TEST(PipelineScheduleN1, SweepSimulatesCleanlyWithTheoreticalBubbleAndMemory) {
+RANK_TEST(PipelineScheduleN1, SweepSimulatesCleanlyWithTheoreticalBubbleAndMemory) {
   int simulated = 0, skipped = 0;
   for (ScheduleKind kind : kKinds)
     for (int p : {1, 2, 4, 8})
@@ -99,7 +100,7 @@ TEST(PipelineScheduleN1, SweepSimulatesCleanlyWithTheoreticalBubbleAndMemory) {
 // asynchronous MPI sends never notice. nccl_issue_order (sends moved to where their receives
 // run, one transfer per group) runs every schedule of the sweep to the end, keeps each rank's
 // compute order, and still simulates cleanly under the MPI executor's rules.
-TEST(PipelineScheduleN1, NcclIssueOrderRunsEverySchedule) {
+RANK_TEST(PipelineScheduleN1, NcclIssueOrderRunsEverySchedule) {
   int listed_safe = 0, listed_stuck = 0, checked = 0;
   for (ScheduleKind kind : kKinds)
     for (int p : {1, 2, 4, 8})
@@ -159,7 +160,7 @@ TEST(PipelineScheduleN1, NcclIssueOrderRunsEverySchedule) {
   EXPECT_NE(errors.front().find("stuck in its group"), std::string::npos) << errors.front();
 }
 
-TEST(PipelineScheduleN1, OrdersOfComputeActions) {
+RANK_TEST(PipelineScheduleN1, OrdersOfComputeActions) {
   auto compute = [](const std::vector<Action>& list) {
     std::string out;
     for (const Action& a : list)
@@ -196,7 +197,7 @@ TEST(PipelineScheduleN1, OrdersOfComputeActions) {
       make_schedule(ScheduleKind::gpipe, 1, 1, 2, {.tied_embedding = true}).tied_embedding);
 }
 
-TEST(PipelineScheduleN1, MessageTagsPairSendsWithReceives) {
+RANK_TEST(PipelineScheduleN1, MessageTagsPairSendsWithReceives) {
   Schedule s = make_schedule(ScheduleKind::interleaved, 4, 2, 8);
   EXPECT_EQ(message_tag(s, 3, Action{ActionKind::send_activation, 0, 0, 0}),
             message_tag(s, 0, Action{ActionKind::recv_activation, 0, 1, 3}));
@@ -207,7 +208,7 @@ TEST(PipelineScheduleN1, MessageTagsPairSendsWithReceives) {
   EXPECT_THROW(message_tag(s, 0, Action{ActionKind::forward, 0, 0, -1}), Error);
 }
 
-TEST(PipelineScheduleN1, InvalidSizesAreClearErrors) {
+RANK_TEST(PipelineScheduleN1, InvalidSizesAreClearErrors) {
   auto message = [](auto fn) {
     try {
       fn();
@@ -235,7 +236,7 @@ TEST(PipelineScheduleN1, InvalidSizesAreClearErrors) {
   EXPECT_THROW(simulate(make_schedule(ScheduleKind::gpipe, 2, 1, 2), {1, -1, 0, 0}), Error);
 }
 
-TEST(PipelineScheduleN1, StagesAreBalancedAndContiguous) {
+RANK_TEST(PipelineScheduleN1, StagesAreBalancedAndContiguous) {
   // 8 layers over p = 2, v = 2: model stage s = chunk * 2 + rank holds layers 2s, 2s + 1.
   for (int rank = 0; rank < 2; ++rank)
     for (int chunk = 0; chunk < 2; ++chunk) {
@@ -259,7 +260,7 @@ TEST(PipelineScheduleN1, StagesAreBalancedAndContiguous) {
   EXPECT_THROW(pipeline_stage_spec(8, 2, 2, 2, 0), Error);
 }
 
-TEST(PipelineScheduleN1, TimelineFollowsTheCosts) {
+RANK_TEST(PipelineScheduleN1, TimelineFollowsTheCosts) {
   // GPipe over 2 ranks, one micro-batch: F, transfer, F, B, transfer, B.
   SimulationResult r = simulate(make_schedule(ScheduleKind::gpipe, 2, 1, 1), {1, 2, 0.5, 0});
   ASSERT_TRUE(r.ok()) << joined(r.errors);

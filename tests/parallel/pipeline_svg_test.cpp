@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "parallel/rank_test.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
 #include "tessera/parallel/pipeline/timeline_svg.h"
@@ -20,7 +21,7 @@ int occurrences(const std::string& text, const std::string& needle) {
   return n;
 }
 
-TEST(PipelineSvgN1, DrawsEveryComputeActionAtItsTime) {
+RANK_TEST(PipelineSvgN1, DrawsEveryComputeActionAtItsTime) {
   Schedule s = make_schedule(ScheduleKind::one_f_one_b, 4, 1, 8);
   SimulationResult r = check_schedule(s);
   std::string svg = render_timeline_svg(s, r);
@@ -43,7 +44,7 @@ TEST(PipelineSvgN1, DrawsEveryComputeActionAtItsTime) {
   EXPECT_NE(svg.find("<line x1=\"1082.18\""), std::string::npos);
 }
 
-TEST(PipelineSvgN1, ColoursChunksAndListsThemInTheLegend) {
+RANK_TEST(PipelineSvgN1, ColoursChunksAndListsThemInTheLegend) {
   Schedule s = make_schedule(ScheduleKind::interleaved, 2, 4, 4);
   std::string svg = render_timeline_svg(s, check_schedule(s));
   for (int c = 0; c < 4; ++c) {
@@ -54,7 +55,7 @@ TEST(PipelineSvgN1, ColoursChunksAndListsThemInTheLegend) {
   EXPECT_EQ(occurrences(svg, "<g class=\"forward\">"), 2 * 4 * 4);
 }
 
-TEST(PipelineSvgN1, WritesAtomicallyAndRefusesBrokenSchedules) {
+RANK_TEST(PipelineSvgN1, WritesAtomicallyAndRefusesBrokenSchedules) {
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() / str_cat("tessera_svg_", ::getpid());
   fs::remove_all(dir);

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tessera/parallel/comm/mpi_communicator.h"
+#include "parallel/rank_test.h"
 #include "tessera/parallel/mesh.h"
 #include "tessera/parallel/pipeline/executor.h"
 #include "tessera/parallel/pipeline/tied_gradients.h"
@@ -22,7 +22,7 @@ Tensor param_with_grad(std::vector<float> grad) {
 // Each rank's tied copy holds a gradient naming its mesh position; the first and last stage
 // of each pipeline end with the sum of their two; middle stages keep theirs.
 void sums_first_and_last_stage(const MeshShape& shape) {
-  DeviceMesh mesh(MpiCommunicator::world(), shape);
+  DeviceMesh mesh(testing::test_world(), shape);
   const float mine = float(100 * mesh.dp_rank() + mesh.pp_rank() + 1);
   Tensor wte = param_with_grad({mine, 2 * mine});
   Tensor unused = zeros({3});  // no gradient yet on this copy: contributes zeros
@@ -39,18 +39,18 @@ void sums_first_and_last_stage(const MeshShape& shape) {
     EXPECT_FALSE(unused.grad().defined()) << "middle stages are left alone";
 }
 
-TEST(PipelineTiedN2, SumsBetweenFirstAndLastStage) {
+RANK_TEST(PipelineTiedN2, SumsBetweenFirstAndLastStage) {
   sums_first_and_last_stage({1, 2, 1});
 }
-TEST(PipelineTiedN4, SumsBetweenFirstAndLastStage) {
+RANK_TEST(PipelineTiedN4, SumsBetweenFirstAndLastStage) {
   sums_first_and_last_stage({1, 4, 1});
 }
-TEST(PipelineTiedN4, EachDataParallelReplicaSumsItsOwn) {
+RANK_TEST(PipelineTiedN4, EachDataParallelReplicaSumsItsOwn) {
   sums_first_and_last_stage({2, 2, 1});
 }
 
-TEST(PipelineTiedN2, MismatchedParameterListsThrowOnBothRanks) {
-  DeviceMesh mesh(MpiCommunicator::world(), {1, 2, 1});
+RANK_TEST(PipelineTiedN2, MismatchedParameterListsThrowOnBothRanks) {
+  DeviceMesh mesh(testing::test_world(), {1, 2, 1});
   std::vector<Tensor> params = {param_with_grad({1, 2})};
   if (mesh.pp_rank() == 1) params.push_back(param_with_grad({3}));
   try {
@@ -70,8 +70,8 @@ class NoStage final : public PipelineStage {
   ActivationSpec activation_spec(int, int) const override { return {{1}}; }
 };
 
-TEST(PipelineTiedN2, ExecutorNeedsTheEmbeddingGroupBeforeItStarts) {
-  DeviceMesh mesh(MpiCommunicator::world(), {1, 2, 1});
+RANK_TEST(PipelineTiedN2, ExecutorNeedsTheEmbeddingGroupBeforeItStarts) {
+  DeviceMesh mesh(testing::test_world(), {1, 2, 1});
   Schedule s = make_schedule(ScheduleKind::one_f_one_b, 2, 1, 2, {.tied_embedding = true});
   NoStage stage;
   try {

@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "tessera/nn/io/checkpoint.h"
+#include "tessera/parallel/comm/mpi_communicator.h"
 #include "tests/parallel/tp_test_util.h"
 
 namespace tessera::parallel {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/rank_test.h"
 #include "tessera/parallel/tp/regions.h"
 #include "tessera/parallel/tp/vocab_cross_entropy.h"
 #include "tests/parallel/tp_test_util.h"
@@ -40,7 +41,7 @@ using testing::Tolerance;
 using testing::tolerance_for;
 
 int world_size() {
-  return MpiCommunicator::world()->size();
+  return testing::test_world()->size();
 }
 
 // sum(y * gy): a scalar whose gradient with respect to y is gy.
@@ -84,7 +85,7 @@ void expect_grad_shards(const nn::Module& part, const nn::Module& full, int r, i
   }
 }
 
-TEST(TensorParallelLayersN2, ColumnParallelLinear) {
+RANK_TEST(TensorParallelLayersN2, ColumnParallelLinear) {
   const int t = world_size();
   auto tpo = make_tp(t, false);
   const int r = tpo->rank();
@@ -138,10 +139,10 @@ void row_parallel(bool sequence_parallel) {
   expect_grad_shards(part, full, r, t, kF32, "row");
 }
 
-TEST(TensorParallelLayersN2, RowParallelLinear) {
+RANK_TEST(TensorParallelLayersN2, RowParallelLinear) {
   row_parallel(false);
 }
-TEST(TensorParallelLayersN2, RowParallelLinearSequenceParallel) {
+RANK_TEST(TensorParallelLayersN2, RowParallelLinearSequenceParallel) {
   row_parallel(true);
 }
 
@@ -235,33 +236,33 @@ void block(bool llama, bool sequence_parallel, DType dtype) {
 
 // Each case in f64 first (the proof that the layer is exact up to the order of sums), then in
 // f32, the dtype of training.
-TEST(TensorParallelLayersN2, Attention) {
+RANK_TEST(TensorParallelLayersN2, Attention) {
   for (DType dtype : {DType::f64, DType::f32}) {
     attention(false, false, dtype);
     attention(true, false, dtype);
   }
 }
-TEST(TensorParallelLayersN2, AttentionSequenceParallel) {
+RANK_TEST(TensorParallelLayersN2, AttentionSequenceParallel) {
   for (DType dtype : {DType::f64, DType::f32}) {
     attention(false, true, dtype);
     attention(true, true, dtype);
   }
 }
-TEST(TensorParallelLayersN2, Mlp) {
+RANK_TEST(TensorParallelLayersN2, Mlp) {
   for (DType dtype : {DType::f64, DType::f32}) {
     mlp(false, false, dtype);
     mlp(true, false, dtype);
     mlp(true, true, dtype);
   }
 }
-TEST(TensorParallelLayersN2, BlockWithNormsAndDropout) {
+RANK_TEST(TensorParallelLayersN2, BlockWithNormsAndDropout) {
   for (DType dtype : {DType::f64, DType::f32}) {
     block(false, false, dtype);
     block(false, true, dtype);
     block(true, true, dtype);
   }
 }
-TEST(TensorParallelLayersN4, AttentionMlpAndBlock) {
+RANK_TEST(TensorParallelLayersN4, AttentionMlpAndBlock) {
   for (DType dtype : {DType::f64, DType::f32}) {
     attention(true, false, dtype);
     attention(false, true, dtype);
@@ -271,7 +272,7 @@ TEST(TensorParallelLayersN4, AttentionMlpAndBlock) {
   }
 }
 
-TEST(TensorParallelLayersN2, AttentionHeadsMustSplit) {
+RANK_TEST(TensorParallelLayersN2, AttentionHeadsMustSplit) {
   nn::GPTConfig cfg = layer_config(world_size(), true);
   cfg.n_head = 3 * world_size() + 1;
   cfg.n_kv_head = 1;
@@ -323,10 +324,10 @@ void vocab_embedding() {
   EXPECT_THROW(part.forward(from_vector<int64_t>({0, rows}, {2})), Error);
 }
 
-TEST(TensorParallelLayersN2, VocabEmbedding) {
+RANK_TEST(TensorParallelLayersN2, VocabEmbedding) {
   vocab_embedding();
 }
-TEST(TensorParallelLayersN4, VocabEmbedding) {
+RANK_TEST(TensorParallelLayersN4, VocabEmbedding) {
   vocab_embedding();
 }
 
@@ -358,7 +359,7 @@ void vocab_cross_entropy(int64_t classes, bool all_ignored, DType dtype) {
   }
 }
 
-TEST(TensorParallelLayersN2, VocabParallelCrossEntropy) {
+RANK_TEST(TensorParallelLayersN2, VocabParallelCrossEntropy) {
   const int64_t V = 4 * world_size();
   vocab_cross_entropy(V, false, DType::f32);
   // The last rank holds padding columns only partly real.
@@ -367,13 +368,13 @@ TEST(TensorParallelLayersN2, VocabParallelCrossEntropy) {
   vocab_cross_entropy(V - 3, true, DType::f32);
 }
 
-TEST(TensorParallelLayersN4, VocabParallelCrossEntropy) {
+RANK_TEST(TensorParallelLayersN4, VocabParallelCrossEntropy) {
   // 16 columns, 9 real: rank 2 has one real class and rank 3 none.
   vocab_cross_entropy(9, false, DType::f32);
   vocab_cross_entropy(16, false, DType::f32);
 }
 
-TEST(TensorParallelLayersN2, VocabParallelCrossEntropyBadTarget) {
+RANK_TEST(TensorParallelLayersN2, VocabParallelCrossEntropyBadTarget) {
   auto tpo = make_tp(world_size(), false);
   Tensor logits = random_tensor({3, 4}, 1);
   try {

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/rank_test.h"
 #include "tests/parallel/tp_test_util.h"
 
 namespace tessera::parallel {
@@ -48,7 +49,7 @@ using testing::split_qkv;
 using testing::Tolerance;
 
 int world_size() {
-  return MpiCommunicator::world()->size();
+  return testing::test_world()->size();
 }
 
 // GPT-2 style with 2t heads (so t divides them), a vocabulary that needs padding, dropout on.
@@ -272,38 +273,38 @@ void train_and_compare(const nn::GPTConfig& cfg, int t, bool sequence_parallel) 
                       what + " weights after 3 AdamW steps");
 }
 
-TEST(TensorParallelModelN2, F64LossAndGradientsMatchOneProcess) {
+RANK_TEST(TensorParallelModelN2, F64LossAndGradientsMatchOneProcess) {
   for (bool sp : {false, true}) {
     f64_gradients_match(gpt2_config(2), 2, sp);
     f64_gradients_match(llama_config(2), 2, sp);
   }
 }
-TEST(TensorParallelModelN4, F64LossAndGradientsMatchOneProcess) {
+RANK_TEST(TensorParallelModelN4, F64LossAndGradientsMatchOneProcess) {
   f64_gradients_match(gpt2_config(4), 4, true);
   f64_gradients_match(llama_config(4), 4, false);
 }
-TEST(TensorParallelModelN2, Gpt2MatchesOneProcess) {
+RANK_TEST(TensorParallelModelN2, Gpt2MatchesOneProcess) {
   train_and_compare(gpt2_config(2), 2, false);
 }
-TEST(TensorParallelModelN2, Gpt2SequenceParallelMatchesOneProcess) {
+RANK_TEST(TensorParallelModelN2, Gpt2SequenceParallelMatchesOneProcess) {
   train_and_compare(gpt2_config(2), 2, true);
 }
-TEST(TensorParallelModelN2, LlamaGqaMatchesOneProcess) {
+RANK_TEST(TensorParallelModelN2, LlamaGqaMatchesOneProcess) {
   train_and_compare(llama_config(2), 2, false);
 }
-TEST(TensorParallelModelN2, LlamaGqaSequenceParallelMatchesOneProcess) {
+RANK_TEST(TensorParallelModelN2, LlamaGqaSequenceParallelMatchesOneProcess) {
   train_and_compare(llama_config(2), 2, true);
 }
-TEST(TensorParallelModelN4, Tp4MatchesOneProcess) {
+RANK_TEST(TensorParallelModelN4, Tp4MatchesOneProcess) {
   train_and_compare(gpt2_config(4), 4, true);
   train_and_compare(llama_config(4), 4, false);
 }
-TEST(TensorParallelModelN4, Tp2TwiceMatchesOneProcess) {
+RANK_TEST(TensorParallelModelN4, Tp2TwiceMatchesOneProcess) {
   // Two tp=2 groups side by side (dp = 2), each on its own.
   train_and_compare(llama_config(2), 2, true);
 }
 
-TEST(TensorParallelModelN2, LayoutErrorsAreClear) {
+RANK_TEST(TensorParallelModelN2, LayoutErrorsAreClear) {
   const int t = world_size();
   nn::GPTConfig cfg = gpt2_config(t);
   cfg.n_head = cfg.n_kv_head = 1;
@@ -330,7 +331,7 @@ TEST(TensorParallelModelN2, LayoutErrorsAreClear) {
       << model.describe_parallel();
 }
 
-TEST(TensorParallelModelN2, VocabularyPaddedToDivide) {
+RANK_TEST(TensorParallelModelN2, VocabularyPaddedToDivide) {
   // 29 tokens pad to 32 both for one process (a multiple of 8) and for tp = 2 (of 16), so use
   // 33: 40 for one process, 48 under tp = 2. The extra rows are zero and cut from gathered
   // tensors.
@@ -372,7 +373,7 @@ void greedy_generation(const nn::GPTConfig& cfg, bool sequence_parallel, bool us
       << "sp " << sequence_parallel << " cache " << use_cache;
 }
 
-TEST(TensorParallelModelN2, GreedyGenerationMatchesOneProcess) {
+RANK_TEST(TensorParallelModelN2, GreedyGenerationMatchesOneProcess) {
   const int t = world_size();
   greedy_generation(gpt2_config(t), false, true);
   greedy_generation(llama_config(t), true, true);

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/rank_test.h"
 #include "tessera/parallel/tp/regions.h"
 #include "tests/parallel/tp_test_util.h"
 
@@ -106,15 +107,15 @@ void regions(int t) {
   }
 }
 
-TEST(TensorParallelRegionsN2, ForwardAndBackwardByHand) {
+RANK_TEST(TensorParallelRegionsN2, ForwardAndBackwardByHand) {
   regions(2);
 }
 
-TEST(TensorParallelRegionsN4, ForwardAndBackwardByHand) {
+RANK_TEST(TensorParallelRegionsN4, ForwardAndBackwardByHand) {
   regions(4);
 }
 
-TEST(TensorParallelRegionsN4, TwoGroupsOfTwo) {
+RANK_TEST(TensorParallelRegionsN4, TwoGroupsOfTwo) {
   // dp = 2 x tp = 2: each pair of ranks reduces only among itself.
   regions(2);
 }

@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "parallel/rank_test.h"
 #include "tessera/nn/nn.h"
-#include "tessera/parallel/comm/mpi_communicator.h"
 #include "tessera/parallel/mesh.h"
 #include "tessera/parallel/tp/full_state.h"
 #include "tessera/parallel/tp/tensor_parallel.h"
@@ -23,7 +23,7 @@ namespace tessera::parallel::testing {
 
 // A tensor-parallel group of `tp` consecutive world ranks (dp = world / tp).
 inline std::shared_ptr<tp::TensorParallel> make_tp(int tp, bool sequence_parallel) {
-  auto world = MpiCommunicator::world();
+  auto world = test_world();
   auto mesh = std::make_shared<DeviceMesh>(world, MeshShape{world->size() / tp, 1, tp});
   return tp::TensorParallel::from_mesh(mesh, sequence_parallel);
 }
