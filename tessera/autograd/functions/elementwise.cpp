@@ -177,35 +177,13 @@ Tensor div(const Tensor& a, double b) {
   return scalar_op(BinaryOp::div, a, b);
 }
 
-Tensor neg(const Tensor& x) {
-  return unary(UnaryOp::neg, x);
-}
-Tensor exp(const Tensor& x) {
-  return unary(UnaryOp::exp, x);
-}
-Tensor log(const Tensor& x) {
-  return unary(UnaryOp::log, x);
-}
-Tensor sqrt(const Tensor& x) {
-  return unary(UnaryOp::sqrt, x);
-}
-Tensor rsqrt(const Tensor& x) {
-  return unary(UnaryOp::rsqrt, x);
-}
-Tensor tanh(const Tensor& x) {
-  return unary(UnaryOp::tanh, x);
-}
+#define TESSERA_UNARY_OP(name)      \
+  Tensor name(const Tensor& x) {    \
+    return unary(UnaryOp::name, x); \
+  }
+#include "tessera/core/op_table.def"
 Tensor pow(const Tensor& x, double exponent) {
   return unary(UnaryOp::pow_scalar, x, exponent);
-}
-Tensor gelu(const Tensor& x) {
-  return unary(UnaryOp::gelu, x);
-}
-Tensor silu(const Tensor& x) {
-  return unary(UnaryOp::silu, x);
-}
-Tensor relu(const Tensor& x) {
-  return unary(UnaryOp::relu, x);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {

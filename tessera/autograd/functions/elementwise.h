@@ -15,16 +15,10 @@ Tensor sub(const Tensor& a, double b);
 Tensor mul(const Tensor& a, double b);
 Tensor div(const Tensor& a, double b);
 
-Tensor neg(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor tanh(const Tensor& x);
+// neg, exp, log, sqrt, rsqrt, tanh, gelu (the tanh form of GPT-2), silu, relu.
+#define TESSERA_UNARY_OP(name) Tensor name(const Tensor& x);
+#include "tessera/core/op_table.def"
 Tensor pow(const Tensor& x, double exponent);
-Tensor gelu(const Tensor& x);  // tanh approximation (GPT-2)
-Tensor silu(const Tensor& x);
-Tensor relu(const Tensor& x);
 // cond ? a : b (cond is not differentiated).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 

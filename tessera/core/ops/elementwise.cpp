@@ -75,45 +75,17 @@ Tensor unary(UnaryOp op, const Tensor& x, double scalar) {
   return out;
 }
 
-Tensor neg(const Tensor& x) {
-  const OpScope scope("neg");
-  return unary(UnaryOp::neg, x);
-}
-Tensor exp(const Tensor& x) {
-  const OpScope scope("exp");
-  return unary(UnaryOp::exp, x);
-}
-Tensor log(const Tensor& x) {
-  const OpScope scope("log");
-  return unary(UnaryOp::log, x);
-}
-Tensor sqrt(const Tensor& x) {
-  const OpScope scope("sqrt");
-  return unary(UnaryOp::sqrt, x);
-}
-Tensor rsqrt(const Tensor& x) {
-  const OpScope scope("rsqrt");
-  return unary(UnaryOp::rsqrt, x);
-}
-Tensor tanh(const Tensor& x) {
-  const OpScope scope("tanh");
-  return unary(UnaryOp::tanh, x);
-}
+// neg, exp, ... relu: one definition each from the op table.
+#define TESSERA_UNARY_OP(name)      \
+  Tensor name(const Tensor& x) {    \
+    const OpScope scope(#name);     \
+    return unary(UnaryOp::name, x); \
+  }
+#include "tessera/core/op_table.def"
+
 Tensor pow(const Tensor& x, double exponent) {
   const OpScope scope("pow");
   return unary(UnaryOp::pow_scalar, x, exponent);
-}
-Tensor gelu(const Tensor& x) {
-  const OpScope scope("gelu");
-  return unary(UnaryOp::gelu, x);
-}
-Tensor silu(const Tensor& x) {
-  const OpScope scope("silu");
-  return unary(UnaryOp::silu, x);
-}
-Tensor relu(const Tensor& x) {
-  const OpScope scope("relu");
-  return unary(UnaryOp::relu, x);
 }
 
 Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& gy,

@@ -18,16 +18,9 @@ Tensor mul(const Tensor& a, double b);
 Tensor div(const Tensor& a, double b);
 
 Tensor unary(UnaryOp op, const Tensor& x, double scalar = 0.0);
-Tensor neg(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor tanh(const Tensor& x);
+#define TESSERA_UNARY_OP(name) Tensor name(const Tensor& x);
+#include "tessera/core/op_table.def"
 Tensor pow(const Tensor& x, double exponent);
-Tensor gelu(const Tensor& x);
-Tensor silu(const Tensor& x);
-Tensor relu(const Tensor& x);
 // gx for gy flowing back through op(x); y = op(x) (may be undefined for gelu, silu, relu,
 // neg, log, pow).
 Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& gy,
