@@ -1,5 +1,5 @@
 // Flat layout arithmetic, parameter flattening, and DataParallel on a group of one (N1 suites:
-// they run once under mpiexec -n 1 and need no peers).
+// they run on one rank and need no peers).
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-// Pipeline schedules and the dry-run simulator (no MPI traffic: suites end in N1 and run once
-// under mpiexec -n 1). Every schedule of the sweep p in {1,2,4,8}, v in {1,2,4},
+// Pipeline schedules and the dry-run simulator (no communication: suites end in N1 and run on
+// one rank). Every schedule of the sweep p in {1,2,4,8}, v in {1,2,4},
 // m in {1,4,8,32} simulates cleanly, with the bubble and memory its theory predicts. Simulated
 // times are sums of small integers, exact in double, so bubbles compare exactly.
 
