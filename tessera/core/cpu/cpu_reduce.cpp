@@ -147,8 +147,13 @@ void CpuBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
                         for (int64_t rr = b; rr < e; ++rr) {
                           for (int64_t j = 0; j < n; ++j) row[j] = element::load(xp + rr * n + j);
                           A m = row.maxCoeff();
+                          const bool all_neg_inf = std::isinf(double(m)) && m < A(0);
                           if (!std::isfinite(double(m))) m = std::isnan(double(m)) ? m : A(0);
                           row = (row - m).exp();
+                          // Eigen's exp clamps its input near -88 and returns ~3e-39 for -inf
+                          // on some CPUs (AVX2), which made an all -inf row uniform instead of
+                          // the convention's 0 / 0 = NaN.
+                          if (all_neg_inf) row.setZero();
                           A s = row.sum();
                           if (log) {
                             A lse = m + std::log(s);
