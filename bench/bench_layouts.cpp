@@ -81,7 +81,7 @@ struct Layout {
   int v = 1, m = 1;
 
   bool single() const { return mesh.world_size() == 1; }
-  double ideal_bubble() const { return double(mesh.pp - 1) / double(v * m); }
+  double ideal_bubble() const { return double(mesh.size("pp") - 1) / double(v * m); }
 };
 
 std::vector<Layout> layouts_for(int n) {

@@ -28,9 +28,10 @@ std::shared_ptr<Linear> make_linear(const LayerContext& ctx, const std::string& 
                                   split);
 }
 
-// A column-parallel (rows) or row-parallel (cols) split over ctx.tp; none without it.
-ParallelSplit tp_split(const LayerContext& ctx, ShardKind shard, std::vector<int64_t> segments = {}) {
-  if (!ctx.tp) return {};
+// A column-parallel (rows) or row-parallel (cols) split over ctx.tp; none in one process.
+ParallelSplit tp_split(const LayerContext& ctx, ShardKind shard,
+                       std::vector<int64_t> segments = {}) {
+  if (!ctx.tp || ctx.tp->is_local()) return {};
   return ParallelSplit{ctx.tp, ParamMeta{shard, false, std::move(segments), -1}};
 }
 
@@ -53,7 +54,7 @@ Tensor apply_dropout(const Dropout& dropout, const Tensor& x, bool sequence_shar
 }
 
 CausalSelfAttention::CausalSelfAttention(const LayerContext& ctx)
-    : tp_(ctx.tp),
+    : tp_(or_local(ctx.tp)),
       n_head_(ctx.config->n_head),
       n_kv_head_(ctx.config->n_kv_head),
       head_dim_(ctx.config->head_dim()),
@@ -65,12 +66,12 @@ CausalSelfAttention::CausalSelfAttention(const LayerContext& ctx)
   const int64_t d = head_dim_, qkv = (n_head_ + 2 * n_kv_head_) * d;
   // Rows of c_attn: q heads, then k heads, then v heads; each rank keeps its part of each.
   c_attn_ = register_module(
-      "c_attn", make_linear(ctx, "c_attn", cfg.n_embd, qkv, kInitStd,
-                            tp_split(ctx, ShardKind::rows,
-                                  {n_head_ * d, n_kv_head_ * d, n_kv_head_ * d})));
-  c_proj_ = register_module("c_proj", make_linear(ctx, "c_proj", cfg.n_embd, cfg.n_embd,
-                                                  residual_init_std(cfg),
-                                                  tp_split(ctx, ShardKind::cols)));
+      "c_attn",
+      make_linear(ctx, "c_attn", cfg.n_embd, qkv, kInitStd,
+                  tp_split(ctx, ShardKind::rows, {n_head_ * d, n_kv_head_ * d, n_kv_head_ * d})));
+  c_proj_ = register_module(
+      "c_proj", make_linear(ctx, "c_proj", cfg.n_embd, cfg.n_embd, residual_init_std(cfg),
+                            tp_split(ctx, ShardKind::cols)));
   resid_dropout_ = register_module(
       "resid_dropout",
       std::make_shared<Dropout>(cfg.dropout, ctx.dropout, ctx.layer, kSiteAttention));
@@ -87,7 +88,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, LayerKV* kv, int64_t pos) c
   TESSERA_CHECK(kv == nullptr || !is_grad_enabled(),
                 "CausalSelfAttention: the KV cache is for inference; run under NoGradGuard");
   const bool sharded = sequence_sharded(tp_, kv);
-  const Tensor in = tp_ ? tp_->enter_region(x, sharded) : x;
+  const Tensor in = tp_->enter_region(x, sharded);
   const int64_t B = in.size(0), T = in.size(1), D = head_dim_;
   Tensor qkv = view(c_attn_->forward(in), Shape{B, T, n_head_ + 2 * n_kv_head_, D});
   std::vector<Tensor> parts = split(qkv, std::vector<int64_t>{n_head_, n_kv_head_, n_kv_head_}, 2);
@@ -111,11 +112,11 @@ Tensor CausalSelfAttention::forward(const Tensor& x, LayerKV* kv, int64_t pos) c
   }
   Tensor y = causal_attention(q, k, v);  // [B, H, T, D], stored as [B, T, H, D]
   y = view(transpose(y, 1, 2), Shape{B, T, n_head_ * D});
-  Tensor out = tp_ ? c_proj_->forward(y, sharded) : c_proj_->forward(y);
+  Tensor out = c_proj_->forward(y, sharded);
   return apply_dropout(*resid_dropout_, out, sharded, tp_.get());
 }
 
-MLP::MLP(const LayerContext& ctx) : tp_(ctx.tp), kind_(ctx.config->mlp) {
+MLP::MLP(const LayerContext& ctx) : tp_(or_local(ctx.tp)), kind_(ctx.config->mlp) {
   const GPTConfig& cfg = *ctx.config;
   const int64_t c = cfg.n_embd, h = cfg.ffn_dim();
   check_divisible(h, "the MLP width", tp_);
@@ -126,19 +127,19 @@ MLP::MLP(const LayerContext& ctx) : tp_(ctx.tp), kind_(ctx.config->mlp) {
     w_gate_ = register_module("w_gate", make_linear(ctx, "w_gate", c, h, kInitStd, column));
     w_up_ = register_module("w_up", make_linear(ctx, "w_up", c, h, kInitStd, column));
   }
-  c_proj_ = register_module("c_proj",
-                            make_linear(ctx, "c_proj", h, c, residual_init_std(cfg), row));
+  c_proj_ =
+      register_module("c_proj", make_linear(ctx, "c_proj", h, c, residual_init_std(cfg), row));
   dropout_ = register_module(
       "dropout", std::make_shared<Dropout>(cfg.dropout, ctx.dropout, ctx.layer, kSiteMlp));
 }
 
 Tensor MLP::forward(const Tensor& x, bool sequence_sharded) const {
-  TESSERA_CHECK(!sequence_sharded || tp_ != nullptr,
+  TESSERA_CHECK(!sequence_sharded || !tp_->is_local(),
                 "MLP: sequence_sharded needs tensor parallelism");
-  const Tensor in = tp_ ? tp_->enter_region(x, sequence_sharded) : x;
+  const Tensor in = tp_->enter_region(x, sequence_sharded);
   Tensor h = kind_ == MlpKind::gelu ? c_fc_->forward_gelu(in)
                                     : silu(w_gate_->forward(in)) * w_up_->forward(in);
-  Tensor out = tp_ ? c_proj_->forward(h, sequence_sharded) : c_proj_->forward(h);
+  Tensor out = c_proj_->forward(h, sequence_sharded);
   return apply_dropout(*dropout_, out, sequence_sharded, tp_.get());
 }
 
@@ -150,7 +151,7 @@ std::shared_ptr<NormLayer> make_norm(const GPTConfig& config, DType dtype,
   return std::make_shared<RMSNorm>(config.n_embd, config.norm_eps, dtype, std::move(tp));
 }
 
-Block::Block(const LayerContext& ctx) : tp_(ctx.tp) {
+Block::Block(const LayerContext& ctx) : tp_(or_local(ctx.tp)) {
   ln_1_ = register_module("ln_1", make_norm(*ctx.config, ctx.dtype, tp_));
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(ctx.child("attn")));
   ln_2_ = register_module("ln_2", make_norm(*ctx.config, ctx.dtype, tp_));

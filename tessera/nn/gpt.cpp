@@ -15,8 +15,7 @@
 
 namespace tessera::nn {
 
-KVCache::KVCache(const GPTConfig& config, int64_t batch, DType dtype, int64_t capacity,
-                 int tp_size)
+KVCache::KVCache(const GPTConfig& config, int64_t batch, DType dtype, int64_t capacity, int tp_size)
     : batch_(batch),
       capacity_(capacity == -1 ? config.block_size : capacity),
       kv_heads_(config.n_kv_head / std::max(tp_size, 1)),
@@ -59,6 +58,7 @@ GPT::GPT(const GPTConfig& config, DType dtype, ModelParallel parallel)
     : config_(config),
       dtype_(dtype),
       parallel_(std::move(parallel)),
+      tp_(or_local(parallel_.tp)),
       dropout_(std::make_shared<DropoutState>()) {
   config_.validate();
   TESSERA_CHECK(is_floating(dtype), "GPT: dtype must be floating, got ", dtype_name(dtype));
@@ -71,26 +71,25 @@ GPT::GPT(const GPTConfig& config, DType dtype, ModelParallel parallel)
   TESSERA_CHECK(layers > 0 || stage.has_embedding || stage.has_head,
                 "GPT: a pipeline stage with no layers, no embedding and no head is empty");
   dropout_->seed = config_.init_seed;
-  const std::shared_ptr<TensorParallelOps>& tp = parallel_.tp;
   vocab_rows_ = round_up(config_.vocab_size, config_.vocab_multiple * tp_size());
   const int64_t c = config_.n_embd;
   // The vocabulary tables: vocab-parallel rows under tensor parallelism.
   ParamMeta vocab_meta;
-  if (tp) {
+  if (!tp_->is_local()) {
     vocab_meta.shard = ShardKind::rows;
     vocab_meta.segments = {vocab_rows_};
     if (vocab_rows_ != config_.padded_vocab_size())
       vocab_meta.unpadded_size = config_.padded_vocab_size();
   }
   // The embeddings and the final norm sit outside every block: dropout layer -1.
-  const LayerContext root{&config_, -1, "", dtype, dropout_, tp};
+  const LayerContext root{&config_, -1, "", dtype, dropout_, tp_};
   const bool tied_copy = !stage.has_embedding && stage.has_head && config_.tie_embeddings;
   if (stage.has_embedding || tied_copy) {
     ParamMeta meta = vocab_meta;
     meta.tied_copy = tied_copy;
     wte_ = register_module("wte", std::make_shared<Embedding>(
                                       vocab_rows_, c, root.child("wte").init("weight", kInitStd),
-                                      config_.vocab_size, ParallelSplit{tp, meta}));
+                                      config_.vocab_size, ParallelSplit{tp_, meta}));
   }
   if (stage.has_embedding) {
     if (config_.position == PositionKind::learned)
@@ -102,17 +101,17 @@ GPT::GPT(const GPTConfig& config, DType dtype, ModelParallel parallel)
   }
   auto h = register_module("h", std::make_shared<ModuleList>());
   for (int64_t i = first_layer_; i < first_layer_ + layers; ++i) {
-    const LayerContext ctx{&config_, i, "h." + std::to_string(i) + ".", dtype, dropout_, tp};
+    const LayerContext ctx{&config_, i, "h." + std::to_string(i) + ".", dtype, dropout_, tp_};
     blocks_.push_back(std::make_shared<Block>(ctx));
     h->append(blocks_.back(), i);
   }
   if (!stage.has_head) return;
-  ln_f_ = register_module("ln_f", make_norm(config_, dtype, tp));
+  ln_f_ = register_module("ln_f", make_norm(config_, dtype, tp_));
   if (!config_.tie_embeddings) {
     lm_head_ = register_module(
         "lm_head", std::make_shared<Linear>(c, vocab_rows_, false,
                                             root.child("lm_head").init("weight", kInitStd),
-                                            ParallelSplit{tp, vocab_meta}));
+                                            ParallelSplit{tp_, vocab_meta}));
     // Zero this rank's rows past the real vocabulary.
     const Tensor& w = lm_head_->weight();
     const int64_t start = std::max<int64_t>(config_.vocab_size - vocab_start(), 0);
@@ -121,7 +120,7 @@ GPT::GPT(const GPTConfig& config, DType dtype, ModelParallel parallel)
 }
 
 int64_t GPT::vocab_start() const {
-  return parallel_.tp ? int64_t(parallel_.tp->rank()) * (vocab_rows_ / tp_size()) : 0;
+  return int64_t(tp_->rank()) * (vocab_rows_ / tp_size());
 }
 
 std::string GPT::describe_parallel() const {
@@ -130,17 +129,16 @@ std::string GPT::describe_parallel() const {
   if (!st.has_embedding || !st.has_head || num_layers() != config_.n_layer)
     out = str_cat("pipeline stage: layers ", first_layer_, "..", first_layer_ + num_layers() - 1,
                   st.has_embedding ? ", embedding" : "", st.has_head ? ", head" : "", "; ");
-  if (!parallel_.tp) return out + "single process (no tensor parallelism)";
+  if (tp_->is_local()) return out + "single process (no tensor parallelism)";
   const int t = tp_size();
-  return out + str_cat("tensor parallel ", t,
-                       parallel_.tp->sequence_parallel() ? " (sequence parallel)" : "", ": ",
-                       config_.n_head / t, " of ", config_.n_head, " heads, ",
-                       config_.n_kv_head / t, " of ", config_.n_kv_head, " kv heads, ",
-                       config_.ffn_dim() / t, " of ", config_.ffn_dim(), " MLP units and ",
-                       vocab_rows_ / t, " of ", vocab_rows_,
-                       " vocabulary rows per rank; vocabulary ", config_.vocab_size,
-                       " padded to ", vocab_rows_, " = a multiple of vocab_multiple ",
-                       config_.vocab_multiple, " x tp ", t);
+  return out +
+         str_cat("tensor parallel ", t, tp_->sequence_parallel() ? " (sequence parallel)" : "",
+                 ": ", config_.n_head / t, " of ", config_.n_head, " heads, ",
+                 config_.n_kv_head / t, " of ", config_.n_kv_head, " kv heads, ",
+                 config_.ffn_dim() / t, " of ", config_.ffn_dim(), " MLP units and ",
+                 vocab_rows_ / t, " of ", vocab_rows_, " vocabulary rows per rank; vocabulary ",
+                 config_.vocab_size, " padded to ", vocab_rows_, " = a multiple of vocab_multiple ",
+                 config_.vocab_multiple, " x tp ", t);
 }
 
 std::vector<std::pair<std::string, std::vector<std::string>>> GPT::parameter_units() const {
@@ -185,14 +183,14 @@ void GPT::check_ids(const Tensor& idx, int64_t pos) const {
 }
 
 void GPT::check_whole(const char* what) const {
-  TESSERA_CHECK(parallel_.stage.has_embedding && parallel_.stage.has_head &&
-                    num_layers() == config_.n_layer,
-                "GPT::", what, " needs the whole model, but this is a pipeline stage (",
-                describe_parallel(), "); use forward_stage");
+  TESSERA_CHECK(
+      parallel_.stage.has_embedding && parallel_.stage.has_head && num_layers() == config_.n_layer,
+      "GPT::", what, " needs the whole model, but this is a pipeline stage (", describe_parallel(),
+      "); use forward_stage");
 }
 
 bool GPT::sharded(const KVCache* cache) const {
-  return parallel_.tp && parallel_.tp->sequence_parallel() && cache == nullptr;
+  return tp_->sequence_parallel() && cache == nullptr;
 }
 
 Tensor GPT::before(const std::string& unit, const Tensor& x) const {
@@ -205,13 +203,15 @@ Tensor GPT::after(const std::string& unit, const Tensor& x) const {
 
 Tensor GPT::embed(const Tensor& idx, int64_t pos, bool sharded) const {
   const int64_t T = idx.size(1);
-  TESSERA_CHECK(!sharded || T % tp_size() == 0, "GPT: with sequence parallelism the sequence "
-                "length (", T, ", token ids ", idx.describe(),
+  TESSERA_CHECK(!sharded || T % tp_size() == 0,
+                "GPT: with sequence parallelism the sequence "
+                "length (",
+                T, ", token ids ", idx.describe(),
                 ") must be divisible by the tensor-parallel size (", tp_size(), ")");
   Tensor x = wte_->forward(before("embedding", idx));
   if (wpe_) x = x + narrow(wpe_->weight(), 0, pos, T);
-  if (sharded) x = parallel_.tp->scatter_sequence(x);
-  x = apply_dropout(*drop_, x, sharded, parallel_.tp.get());
+  if (sharded) x = tp_->scatter_sequence(x);
+  x = apply_dropout(*drop_, x, sharded, tp_.get());
   return after("embedding", x);
 }
 
@@ -234,14 +234,9 @@ Tensor GPT::head_loss(const Tensor& x, const Tensor& targets, int64_t ignore_ind
                       bool sharded) const {
   TESSERA_CHECK(targets.defined(), "GPT: the last pipeline stage needs targets");
   Tensor h = ln_f_->forward(before("head", x), sharded);
-  Tensor loss;
-  if (!parallel_.tp) {
-    loss = cross_entropy(linear(h, head_weight()), targets, ignore_index, config_.vocab_size);
-  } else {
-    Tensor logits = linear(parallel_.tp->enter_region(h, sharded), head_weight());
-    loss = parallel_.tp->vocab_parallel_cross_entropy(logits, targets, vocab_start(),
-                                                      config_.vocab_size, ignore_index);
-  }
+  Tensor logits = linear(tp_->enter_region(h, sharded), head_weight());
+  Tensor loss = tp_->vocab_parallel_cross_entropy(logits, targets, vocab_start(),
+                                                  config_.vocab_size, ignore_index);
   return after("head", loss);
 }
 
@@ -268,7 +263,7 @@ Tensor GPT::hidden(const Tensor& idx, KVCache* cache) const {
   Tensor x = run_blocks(embed(idx, pos, shard), cache, pos);
   if (cache != nullptr) cache->advance(T);
   x = ln_f_->forward(before("head", x), shard);
-  if (shard) x = parallel_.tp->gather_sequence(x);
+  if (shard) x = tp_->gather_sequence(x);
   return after("head", x);
 }
 
@@ -276,13 +271,7 @@ Tensor GPT::head(const Tensor& hidden) const {
   TESSERA_CHECK(parallel_.stage.has_head, "GPT::head: this pipeline stage has no head (",
                 describe_parallel(), ")");
   Tensor x = before("head", hidden);
-  Tensor logits;
-  if (!parallel_.tp) {
-    logits = linear(x, head_weight());
-  } else {
-    logits = parallel_.tp->gather_last_dim(
-        linear(parallel_.tp->copy_to_region(x), head_weight()));
-  }
+  Tensor logits = tp_->gather_last_dim(linear(tp_->copy_to_region(x), head_weight()));
   return after("head", logits);
 }
 

@@ -153,6 +153,7 @@ class GPT : public Module {
   GPTConfig config_;
   DType dtype_;
   ModelParallel parallel_;
+  std::shared_ptr<TensorParallelOps> tp_;  // parallel_.tp, or the local one: never null
   int64_t vocab_rows_, first_layer_;
   std::shared_ptr<DropoutState> dropout_;
   std::shared_ptr<Embedding> wte_, wpe_;

@@ -12,7 +12,8 @@
 //  - UnitHooks: called around each unit of parameters (embedding, each block, the head) in the
 //    forward pass; ZeRO-3 gathers a unit's parameters there and frees them after.
 //  - ModelParallel: the three together, handed to a model at construction.
-// A model built without any of them is the plain single-process model.
+// A model built without any of them is the plain single-process model: its layers call the
+// same regions on local_tensor_parallel(), where every region is the identity.
 
 #include <cstdint>
 #include <memory>
@@ -59,6 +60,9 @@ class TensorParallelOps {
   // Whether activations outside the tensor-parallel regions are sharded along the sequence
   // (LayerNorm, dropout and the residual stream then run on [B, T / size, C]).
   virtual bool sequence_parallel() const = 0;
+  // True for local_tensor_parallel(): no group, so the parameters are whole (ParamMeta says
+  // replicated) rather than split into one part.
+  virtual bool is_local() const { return false; }
 
   // Identity forward, all-reduce backward (the input of a column-parallel region).
   virtual Tensor copy_to_region(const Tensor& x) = 0;
@@ -118,6 +122,16 @@ struct ModelParallel {
   StageSpec stage;                        // default: every layer, embedding and head
   std::shared_ptr<UnitHooks> hooks;       // null: none
 };
+
+// One rank, no communication: the copy, reduce, gather and scatter regions return their input
+// (the same tensor, no autograd node) and the vocab-parallel loss is the plain cross-entropy
+// over the whole vocabulary. Shared; it holds no state.
+std::shared_ptr<TensorParallelOps> local_tensor_parallel();
+
+// tp, or local_tensor_parallel() when tp is null: what a layer calls its regions on.
+inline std::shared_ptr<TensorParallelOps> or_local(std::shared_ptr<TensorParallelOps> tp) {
+  return tp ? std::move(tp) : local_tensor_parallel();
+}
 
 // The tensor-parallel size of `tp` (1 when null).
 inline int tp_size(const std::shared_ptr<TensorParallelOps>& tp) {

@@ -73,8 +73,8 @@ const nn::DynamicLossScaler* LayoutEngine::scaler() const {
 
 nlohmann::json LayoutEngine::layout_json() const {
   const parallel::ParallelConfig& pc = trainer_.config();
-  return {{"dp", pc.mesh.dp},      {"tp", pc.mesh.tp},
-          {"pp", pc.mesh.pp},      {"virtual_stages", pc.virtual_stages},
+  return {{"dp", pc.mesh.size("dp")},      {"tp", pc.mesh.size("tp")},
+          {"pp", pc.mesh.size("pp")},      {"virtual_stages", pc.virtual_stages},
           {"zero", pc.zero_stage}, {"layout", pc.describe()}};
 }
 

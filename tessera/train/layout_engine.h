@@ -29,7 +29,7 @@ class LayoutEngine final : public StepEngine {
   const nn::DynamicLossScaler* scaler() const override;
   void set_step(int64_t step) override { trainer_.set_step(step); }
   int dp_rank() const override { return trainer_.mesh().dp_rank(); }
-  int dp_size() const override { return trainer_.config().mesh.dp; }
+  int dp_size() const override { return trainer_.config().mesh.size("dp"); }
   std::string describe() const override { return trainer_.describe(); }
   nlohmann::json layout_json() const override;
 

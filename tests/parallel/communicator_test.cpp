@@ -106,7 +106,8 @@ RANK_TEST(MeshN8, GroupsFollowTpFastestOrder) {
   EXPECT_EQ(mesh.tp_rank(), r % 2);
   EXPECT_EQ(mesh.pp_rank(), (r / 2) % 2);
   EXPECT_EQ(mesh.dp_rank(), r / 4);
-  EXPECT_EQ(mesh.world_rank(mesh.dp_rank(), mesh.pp_rank(), mesh.tp_rank()), r);
+  EXPECT_EQ(
+      mesh.world_rank({{"dp", mesh.dp_rank()}, {"pp", mesh.pp_rank()}, {"tp", mesh.tp_rank()}}), r);
   // Summing world ranks over each group identifies its members.
   auto group_sum = [&](Communicator& g) {
     Tensor t = from_vector<int64_t>({int64_t(r)}, {1});
@@ -118,6 +119,50 @@ RANK_TEST(MeshN8, GroupsFollowTpFastestOrder) {
   EXPECT_EQ(group_sum(mesh.dp()), (r % 4) * 2 + 4);
   ASSERT_NE(mesh.embedding(), nullptr);  // pp = 2: every stage is first or last
   EXPECT_EQ(mesh.embedding()->size(), 2);
+}
+
+// A fourth axis (context parallelism, say) between dp and pp: the mesh builds its group like
+// the others', with no code that knows the name.
+RANK_TEST(MeshN8, AnAddedAxisGetsItsOwnGroup) {
+  auto w = world();
+  DeviceMesh mesh(w, MeshShape({{"dp", 2}, {"cp", 2}, {"pp", 1}, {"tp", 2}}));
+  const int r = w->rank();
+  EXPECT_EQ(mesh.shape().to_string(), "dp2 x cp2 x pp1 x tp2");
+  EXPECT_EQ(mesh.rank("tp"), r % 2);
+  EXPECT_EQ(mesh.rank("cp"), (r / 2) % 2);
+  EXPECT_EQ(mesh.rank("dp"), r / 4);
+  EXPECT_EQ(mesh.rank("ep"), 0);  // an axis the shape lacks has one rank
+  EXPECT_EQ(mesh.shape().size("ep"), 1);
+  auto members = [&](Communicator& g) {
+    Tensor t = from_vector<int64_t>({int64_t(1) << r}, {1});
+    g.all_reduce(t);
+    return t.item<int64_t>();
+  };
+  // cp pairs ranks 2 apart with equal dp and tp: {0, 2}, {1, 3}, {4, 6}, {5, 7}.
+  const int base = r - ((r / 2) % 2) * 2;
+  EXPECT_EQ(members(mesh.group("cp")), (int64_t(1) << base) | (int64_t(1) << (base + 2)));
+  EXPECT_EQ(mesh.group("cp").size(), 2);
+  EXPECT_EQ(mesh.group("cp").rank(), mesh.rank("cp"));
+  EXPECT_EQ(mesh.group("pp").size(), 1);
+  EXPECT_EQ(mesh.embedding(), nullptr);
+  // The rank 'across' in cp, everything else kept.
+  EXPECT_EQ(mesh.world_rank({{"cp", 1 - mesh.rank("cp")}}), r ^ 2);
+  EXPECT_THROW(mesh.group("ep"), Error);
+  EXPECT_THROW(mesh.world_rank({{"cp", 2}}), Error);
+}
+
+RANK_TEST(MeshN4, BadAxesAreRefusedByName) {
+  auto refused = [&](MeshShape shape, const std::string& want) {
+    try {
+      DeviceMesh mesh(world(), std::move(shape));
+      ADD_FAILURE() << "accepted " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  refused(MeshShape({{"dp", 2}, {"dp", 2}}), "axis dp appears twice");
+  refused(MeshShape({{"dp", 4}, {"tp", 0}}), "axis tp has size 0");
+  refused(MeshShape({{"", 4}}), "axis 0 has no name");
 }
 
 RANK_TEST(MeshN4, WrongShapeIsOneClearError) {

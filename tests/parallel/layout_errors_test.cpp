@@ -117,7 +117,7 @@ RANK_TEST(LayoutErrorsN2, FullStateRoundTripsAcrossLayouts) {
     want.emplace_back(name, ops::add(p, 0.01 * ++k));
   for (MeshShape mesh : {MeshShape{1, 1, 2}, MeshShape{1, 2, 1}, MeshShape{2, 1, 1}}) {
     ParallelConfig p = layout_config(mesh);
-    p.zero_stage = mesh.dp > 1 ? 3 : 0;
+    p.zero_stage = mesh.size("dp") > 1 ? 3 : 0;
     ParallelTrainer t(testing::test_world(), model, p);
     t.load_full_state(want);
     nn::StateDict got = t.gather_full_state();

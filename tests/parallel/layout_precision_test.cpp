@@ -130,7 +130,7 @@ void expect_tracks_single_process_bf16(const Case& c) {
   const LayoutRun reference = run_single(model, fp32, 1);
   ASSERT_EQ(layout.losses.size(), bf16.losses.size()) << what;
 
-  const double norm_tol = c.mesh.tp > 1 ? kNormTolTp : kNormTol;
+  const double norm_tol = c.mesh.size("tp") > 1 ? kNormTolTp : kNormTol;
   const double norm_error = relative(layout.norms[0], bf16.norms[0]);
   const double fp32_norm_error = relative(reference.norms[0], bf16.norms[0]);
   EXPECT_LE(norm_error, norm_tol) << what << ": first-step gradient norm";
@@ -180,7 +180,7 @@ RANK_TEST(LayoutPrecisionN8, DataTensorPipelineBf16) {
 ParallelConfig fp16_config(MeshShape mesh, int zero) {
   ParallelConfig p = layout_config(mesh);
   p.zero_stage = zero;
-  p.microbatches = mesh.pp > 1 ? 2 : 1;
+  p.microbatches = mesh.size("pp") > 1 ? 2 : 1;
   p.precision = nn::Precision::fp16;
   p.loss_scaler.init_scale = 1024;
   p.loss_scaler.growth_interval = 2;

@@ -29,7 +29,7 @@ void sums_first_and_last_stage(const MeshShape& shape) {
   unused.set_requires_grad(true);
   all_reduce_tied_gradients(mesh, {wte, unused});
   const bool end = mesh.is_first_stage() || mesh.is_last_stage();
-  const float first = float(100 * mesh.dp_rank() + 1), last = first + float(shape.pp - 1);
+  const float first = float(100 * mesh.dp_rank() + 1), last = first + float(shape.size("pp") - 1);
   std::vector<float> want = end ? std::vector<float>{first + last, 2 * (first + last)}
                                 : std::vector<float>{mine, 2 * mine};
   EXPECT_EQ(to_vector<float>(wte.grad()), want);

@@ -93,12 +93,12 @@ int owner_of(int model_stage, int pp) {
 // Every entry of the single-process model, in its order, on every rank.
 std::vector<Entry> all_entries(const std::vector<std::shared_ptr<nn::GPT>>& chunks,
                                const DeviceMesh& mesh) {
-  const int pp = mesh.shape().pp, stages = pp * int(chunks.size());
+  const int pp = mesh.shape().size("pp"), stages = pp * int(chunks.size());
   std::vector<Entry> out;
   for (int s = 0; s < stages; ++s) {
     std::vector<Entry> mine;
     if (mesh.pp_rank() == owner_of(s, pp))
-      mine = local_entries(*chunks[size_t(s / pp)], mesh.shape().tp);
+      mine = local_entries(*chunks[size_t(s / pp)], mesh.shape().size("tp"));
     for (Entry& e : broadcast_entries(mine, owner_of(s, pp), mesh.pp())) out.push_back(e);
   }
   return out;
@@ -118,7 +118,7 @@ nn::StateDict gather_parameter_tensors(const std::vector<std::shared_ptr<nn::GPT
                                        const std::vector<nn::StateDict>& local) {
   TESSERA_CHECK(local.size() == chunks.size(), "gather_parameter_tensors: ", local.size(),
                 " tensor lists for ", chunks.size(), " chunks");
-  const int pp = mesh.shape().pp, stages = pp * int(chunks.size());
+  const int pp = mesh.shape().size("pp"), stages = pp * int(chunks.size());
   nn::StateDict out;
   if (mesh.world().size() == 1) {
     // One rank holds every tensor whole: views of them (the padded vocabulary rows cut off),
@@ -139,7 +139,7 @@ nn::StateDict gather_parameter_tensors(const std::vector<std::shared_ptr<nn::GPT
     nn::StateDict part;
     if (mesh.pp_rank() == owner) {
       const nn::GPT& chunk = *chunks[size_t(s / pp)];
-      entries = local_entries(chunk, mesh.shape().tp);
+      entries = local_entries(chunk, mesh.shape().size("tp"));
       for (const Entry& e : entries) {
         const Tensor t = nn::find_tensor(local[size_t(s / pp)], e.name);
         TESSERA_CHECK(t.defined(), "gather_parameter_tensors: no tensor for '", e.name, "'");
@@ -190,7 +190,7 @@ void load_model_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks, const
     nn::StateDict mine;
     for (const auto& [name, p] : chunk->named_parameters())
       mine.emplace_back(name, *given.at(name));
-    tp::load_full_state_dict(*chunk, mine, mesh.tp_rank(), mesh.shape().tp, /*strict=*/true);
+    tp::load_full_state_dict(*chunk, mine, mesh.tp_rank(), mesh.shape().size("tp"), /*strict=*/true);
   }
 }
 

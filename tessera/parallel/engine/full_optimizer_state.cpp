@@ -94,7 +94,7 @@ void load_optimizer_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks,
   nn::StateDict params;
   for (const auto& p : dp.layout().params()) params.emplace_back(p.name, p.tensor);
   local.scalars = with_group_params(full.scalars, params);
-  const int tp_rank = mesh.tp_rank(), tp = mesh.shape().tp;
+  const int tp_rank = mesh.tp_rank(), tp = mesh.shape().size("tp");
   for (const auto& chunk : chunks)
     for (const auto& [name, meta] : chunk->named_parameter_meta())
       for (size_t s = 0; s < kSlots.size(); ++s) {

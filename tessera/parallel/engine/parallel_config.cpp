@@ -11,26 +11,31 @@ std::string ParallelConfig::describe() const {
   const std::string dtype =
       precision == nn::Precision::fp32 ? "" : str_cat(", ", nn::precision_name(precision));
   return str_cat(mesh.to_string(), ", ZeRO-", zero_stage, ", ",
-                 mesh.pp > 1 ? schedule_kind_name(schedule) : "no pipeline", " v", virtual_stages,
-                 " m", microbatches, sequence_parallel ? ", sequence parallel" : "", ", batch ",
-                 batch_size, " x ", seq_len, dtype,
+                 mesh.size("pp") > 1 ? schedule_kind_name(schedule) : "no pipeline", " v",
+                 virtual_stages, " m", microbatches, sequence_parallel ? ", sequence parallel" : "",
+                 ", batch ", batch_size, " x ", seq_len, dtype,
                  device.is_cpu() ? "" : str_cat(", on ", device.to_string()));
 }
 
 std::string layout_error(const ParallelConfig& c, const nn::GPTConfig& model, int world_size) {
   const MeshShape& m = c.mesh;
-  if (m.dp < 1 || m.pp < 1 || m.tp < 1)
-    return str_cat("dp, tp and pp must be >= 1, got dp ", m.dp, " tp ", m.tp, " pp ", m.pp);
+  const std::string bad = m.invalid_reason();
+  if (!bad.empty()) return str_cat("mesh ", m.to_string(), ": ", bad);
+  for (const MeshAxis& a : m.axes())
+    if (a.name != "dp" && a.name != "pp" && a.name != "tp")
+      return str_cat("mesh ", m.to_string(), ": the engine runs the axes dp, pp and tp, not ",
+                     a.name);
+  const int dp = m.size("dp"), pp = m.size("pp"), tp = m.size("tp");
   if (m.world_size() != world_size)
-    return str_cat("dp*tp*pp = ", m.dp, "*", m.tp, "*", m.pp, " = ", m.world_size(),
+    return str_cat("dp*tp*pp = ", dp, "*", tp, "*", pp, " = ", m.world_size(),
                    " does not match the ", world_size, " ranks");
   if (c.zero_stage < 0 || c.zero_stage > 3)
     return str_cat("ZeRO stage must be 0, 1, 2 or 3, got ", c.zero_stage);
-  if (c.virtual_stages > 1 && m.pp == 1)
+  if (c.virtual_stages > 1 && pp == 1)
     return str_cat("virtual stages V = ", c.virtual_stages,
                    " need a pipeline (pp > 1); with pp = 1 use V = 1");
   const std::string schedule =
-      schedule_invalid_reason(c.schedule, m.pp, c.virtual_stages, c.microbatches);
+      schedule_invalid_reason(c.schedule, pp, c.virtual_stages, c.microbatches);
   if (!schedule.empty())
     return str_cat("schedule ", schedule_kind_name(c.schedule), ": ", schedule);
   try {
@@ -38,25 +43,25 @@ std::string layout_error(const ParallelConfig& c, const nn::GPTConfig& model, in
   } catch (const std::exception& e) {
     return e.what();
   }
-  if (model.n_head % m.tp != 0)
-    return str_cat("n_head ", model.n_head, " is not divisible by tp ", m.tp);
-  if (model.n_kv_head % m.tp != 0)
-    return str_cat("n_kv_head ", model.n_kv_head, " is not divisible by tp ", m.tp);
-  if (model.ffn_dim() % m.tp != 0)
-    return str_cat("the MLP width ", model.ffn_dim(), " is not divisible by tp ", m.tp);
-  const int64_t stages = int64_t(m.pp) * c.virtual_stages;
+  if (model.n_head % tp != 0)
+    return str_cat("n_head ", model.n_head, " is not divisible by tp ", tp);
+  if (model.n_kv_head % tp != 0)
+    return str_cat("n_kv_head ", model.n_kv_head, " is not divisible by tp ", tp);
+  if (model.ffn_dim() % tp != 0)
+    return str_cat("the MLP width ", model.ffn_dim(), " is not divisible by tp ", tp);
+  const int64_t stages = int64_t(pp) * c.virtual_stages;
   if (model.n_layer % stages != 0)
-    return str_cat("n_layer ", model.n_layer, " is not divisible by pp*V = ", m.pp, "*",
+    return str_cat("n_layer ", model.n_layer, " is not divisible by pp*V = ", pp, "*",
                    c.virtual_stages);
-  const int64_t split = int64_t(m.dp) * c.microbatches;
+  const int64_t split = int64_t(dp) * c.microbatches;
   if (c.batch_size < 1 || c.batch_size % split != 0)
-    return str_cat("global batch ", c.batch_size, " not divisible by dp*M = ", m.dp, "*",
+    return str_cat("global batch ", c.batch_size, " not divisible by dp*M = ", dp, "*",
                    c.microbatches, " = ", split);
   if (c.seq_len < 1 || c.seq_len > model.block_size)
     return str_cat("sequence length T = ", c.seq_len,
                    " must be in [1, block_size = ", model.block_size, "]");
-  if (c.sequence_parallel && c.seq_len % m.tp != 0)
-    return str_cat("T = ", c.seq_len, " not divisible by tp ", m.tp, " with sequence parallelism");
+  if (c.sequence_parallel && c.seq_len % tp != 0)
+    return str_cat("T = ", c.seq_len, " not divisible by tp ", tp, " with sequence parallelism");
   if (std::isnan(c.max_grad_norm)) return "max_grad_norm is NaN";
   try {
     c.adamw.validate();

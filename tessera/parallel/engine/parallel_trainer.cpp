@@ -40,11 +40,11 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
   world_ = std::make_shared<TimedCommunicator>(inner_world_, nullptr);
   mesh_ = std::make_shared<DeviceMesh>(world_, config_.mesh);
   const MeshShape& shape = config_.mesh;
-  if (shape.tp > 1) tp_ = tp::TensorParallel::from_mesh(mesh_, config_.sequence_parallel);
+  if (shape.size("tp") > 1) tp_ = tp::TensorParallel::from_mesh(mesh_, config_.sequence_parallel);
   // The tied embedding is summed by DataParallel (its own bucket, over mesh.embedding()), not
   // by the schedule's all_reduce_tied: after the dp reduction, so each stage adds averages.
-  schedule_ =
-      make_schedule(config_.schedule, shape.pp, config_.virtual_stages, config_.microbatches);
+  schedule_ = make_schedule(config_.schedule, shape.size("pp"), config_.virtual_stages,
+                            config_.microbatches);
   // Over NCCL the pipeline's transfers go in the order that cannot deadlock, computed once.
   if (mesh_->pp().transfers_in_issue_order()) schedule_ = nccl_issue_order(schedule_);
 
@@ -55,8 +55,8 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
   for (int c = 0; c < config_.virtual_stages; ++c) {
     nn::ModelParallel mp;
     mp.tp = tp_;
-    mp.stage =
-        pipeline_stage_spec(model_.n_layer, shape.pp, config_.virtual_stages, mesh_->pp_rank(), c);
+    mp.stage = pipeline_stage_spec(model_.n_layer, shape.size("pp"), config_.virtual_stages,
+                                   mesh_->pp_rank(), c);
     mp.hooks = hooks_;
     auto chunk = std::make_shared<nn::GPT>(model_, DType::f32, mp);
     nn::move_to_device(chunk->state_dict(), config_.device);
@@ -78,7 +78,7 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
     compute = masters_;
     compute_params = params;
   }
-  const int64_t micro_rows = config_.batch_size / shape.dp / config_.microbatches;
+  const int64_t micro_rows = config_.batch_size / shape.size("dp") / config_.microbatches;
   stage_ = std::make_unique<GptPipelineStage>(std::move(compute), schedule_, mesh_->pp_rank(),
                                               micro_rows, config_.seq_len, config_.ignore_index);
 
@@ -91,9 +91,9 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
   dc.max_grad_norm = config_.max_grad_norm;
   dc.param_meta = [this](const std::string& name) { return meta_of(name); };
   dc.tp = &mesh_->tp();
-  if (shape.pp > 1) dc.norm_groups = {&mesh_->pp()};
+  if (shape.size("pp") > 1) dc.norm_groups = {&mesh_->pp()};
   const bool holds_wte = nn::find_tensor(params, "wte.weight").defined();
-  if (model_.tie_embeddings && shape.pp > 1 && holds_wte) {
+  if (model_.tie_embeddings && shape.size("pp") > 1 && holds_wte) {
     dc.tied = {"wte.weight"};
     dc.tied_group = mesh_->embedding();
   }
@@ -128,13 +128,13 @@ ParallelStepStats ParallelTrainer::step(const Tensor& inputs, const Tensor& targ
                   "ParallelTrainer::step: inputs and targets must be integer [", B, ", ", T,
                   "] (the global batch of ", config_.describe(), "), got ",
                   t->defined() ? t->describe() : std::string("undefined"));
-  const int64_t local = B / config_.mesh.dp, first = mesh_->dp_rank() * local;
+  const int64_t local = B / config_.mesh.size("dp"), first = mesh_->dp_rank() * local;
   return step_local(ops::narrow(inputs, 0, first, local), ops::narrow(targets, 0, first, local));
 }
 
 ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor& targets) {
   const Clock::time_point start = Clock::now();
-  const int64_t rows = config_.batch_size / config_.mesh.dp, T = config_.seq_len;
+  const int64_t rows = config_.batch_size / config_.mesh.size("dp"), T = config_.seq_len;
   for (const Tensor* t : {&inputs, &targets})
     TESSERA_CHECK(t->defined() && t->dim() == 2 && t->size(0) == rows && t->size(1) == T &&
                       !is_floating(t->dtype()),
@@ -211,7 +211,7 @@ void ParallelTrainer::load_full_optimizer_state(const nn::OptimizerState& full) 
 }
 
 double ParallelTrainer::evaluate(const Tensor& inputs, const Tensor& targets) {
-  const int64_t D = config_.mesh.dp;
+  const int64_t D = config_.mesh.size("dp");
   TESSERA_CHECK(
       inputs.defined() && inputs.dim() == 2 && inputs.size(0) > 0 && inputs.size(0) % D == 0,
       "ParallelTrainer::evaluate: inputs must be integer [B, T] with B divisible by dp ", D, " (",
