@@ -22,51 +22,11 @@ class DeviceKernels {
  public:
   virtual ~DeviceKernels() = default;
 
-  virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                          const Tensor& rounded, const AdamWArgs& args) = 0;
-  virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-                                 const Tensor& out, const Tensor& lse) = 0;
-  virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& out, const Tensor& lse, const Tensor& gout,
-                                  double scale, const Tensor& gq, const Tensor& gk,
-                                  const Tensor& gv) = 0;
+  // One per kernel op of the op table, with the launcher's parameters minus the stream.
+#define TESSERA_KERNEL_OP(name, params, args, front_ops) virtual void name params = 0;
+#include "tessera/core/op_table.def"
+  // The copy launcher (the Backend method is a backend op: it takes a memcpy where it can).
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
-  virtual void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
-                                     int64_t ignore_index, const Tensor& loss, const Tensor& lse,
-                                     const Tensor& valid) = 0;
-  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                                      const Tensor& lse, const Tensor& gloss, const Tensor& valid,
-                                      int64_t ignore_index, const Tensor& glogits) = 0;
-  virtual void dropout(const Tensor& x, const Tensor& out, double p, uint64_t seed,
-                       uint64_t offset) = 0;
-  virtual void unary(UnaryOp op, const Tensor& x, const Tensor& out, double scalar) = 0;
-  virtual void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& gy,
-                              const Tensor& gx, double scalar) = 0;
-  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
-  virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
-  virtual void embedding_forward(const Tensor& weight, const Tensor& ids, const Tensor& out) = 0;
-  virtual void embedding_backward(const Tensor& ids, const Tensor& gy, const Tensor& gweight) = 0;
-  virtual void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                 double eps, const Tensor& y, const Tensor& mean,
-                                 const Tensor& rstd) = 0;
-  virtual void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                  const Tensor& rstd, const Tensor& gy, const Tensor& gx,
-                                  const Tensor& gw, const Tensor& gb) = 0;
-  virtual void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
-                               const Tensor& rstd) = 0;
-  virtual void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                                const Tensor& gy, const Tensor& gx, const Tensor& gw) = 0;
-  virtual void random_uniform(const Tensor& dst, double lo, double hi, uint64_t seed,
-                              uint64_t offset) = 0;
-  virtual void random_normal(const Tensor& dst, double mean, double stddev, uint64_t seed,
-                             uint64_t offset) = 0;
-  virtual void reduce(ReduceOp op, const Tensor& x, const Tensor& out, const Tensor& indices) = 0;
-  virtual void max_backward(const Tensor& indices, const Tensor& gy, const Tensor& gx) = 0;
-  virtual void squared_norm(const std::vector<Tensor>& xs, const Tensor& out) = 0;
-  virtual void rope(const Tensor& x, const Tensor& out, int64_t pos_offset, double theta,
-                    bool inverse) = 0;
-  virtual void softmax(const Tensor& x, const Tensor& out, bool log) = 0;
-  virtual void softmax_backward(const Tensor& y, const Tensor& gy, const Tensor& gx, bool log) = 0;
 };
 
 // The launchers of the device cuda_test_device() chose (it registers that device's backend).
