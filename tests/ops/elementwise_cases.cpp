@@ -145,6 +145,24 @@ TESSERA_OP_CASE(relu) {
   return c;
 }
 
+// silu(gate) * up: one shape (no broadcasting), either operand sometimes a strided view.
+TESSERA_OP_CASE(swiglu) {
+  OpCase c;
+  c.name = "swiglu";
+  c.make_inputs = [](CaseRng& rng, DType dt) {
+    Shape s = rng.shape(int(rng.size(0, 4)));
+    return std::vector<Tensor>{rng.tensor(s, dt, 2.0), rng.tensor(s, dt)};
+  };
+  c.run = [](const std::vector<Tensor>& in) { return tessera::swiglu(in[0], in[1]); };
+  c.reference = [](const std::vector<Tensor>& in) {
+    HostTensor g(in[0]), u(in[1]);
+    for (size_t i = 0; i < g.v.size(); ++i) g.v[i] = g.v[i] / (1 + std::exp(-g.v[i])) * u.v[i];
+    return g.to_tensor();
+  };
+  c.grad_inputs = {0, 1};
+  return c;
+}
+
 TESSERA_OP_CASE(where) {
   OpCase c;
   c.name = "where";

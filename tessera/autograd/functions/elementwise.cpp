@@ -150,6 +150,17 @@ class WhereBackward final : public Node {
   }
 };
 
+// Saves the two inputs (not the output): both gradients are formed from gate and up in one
+// fused pass.
+class SwigluBackward final : public Node {
+ public:
+  const char* name() const override { return "swiglu"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    auto [ggate, gup] = ops::swiglu_backward(saved(0), saved(1), grads[0]);
+    return {needs_input_grad(0) ? ggate : Tensor(), needs_input_grad(1) ? gup : Tensor()};
+  }
+};
+
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
@@ -184,6 +195,16 @@ Tensor div(const Tensor& a, double b) {
 #include "tessera/core/op_table.def"
 Tensor pow(const Tensor& x, double exponent) {
   return unary(UnaryOp::pow_scalar, x, exponent);
+}
+
+Tensor swiglu(const Tensor& gate, const Tensor& up) {
+  Tensor out = ops::swiglu(gate, up);
+  if (autograd::any_requires_grad({&gate, &up})) {
+    auto node = std::make_shared<SwigluBackward>();
+    node->save({gate, up});
+    node->connect({gate, up}, {&out});
+  }
+  return out;
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {

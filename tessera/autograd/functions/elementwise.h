@@ -19,6 +19,8 @@ Tensor div(const Tensor& a, double b);
 #define TESSERA_UNARY_OP(name) Tensor name(const Tensor& x);
 #include "tessera/core/op_table.def"
 Tensor pow(const Tensor& x, double exponent);
+// silu(gate) * up in one pass, forward and backward (ops/elementwise.h).
+Tensor swiglu(const Tensor& gate, const Tensor& up);
 // cond ? a : b (cond is not differentiated).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 

@@ -109,6 +109,42 @@ Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor
   return gx;
 }
 
+namespace {
+void check_swiglu_operand(const char* op, const Tensor& gate, const Tensor& t, const char* what) {
+  check_defined(op, t, what);
+  TESSERA_CHECK(t.shape() == gate.shape() && t.dtype() == gate.dtype(), op, ": ", what, " ",
+                t.describe(), " must match gate ", gate.describe(), " (shape and dtype)");
+}
+}  // namespace
+
+Tensor swiglu(const Tensor& gate, const Tensor& up) {
+  const OpScope scope("swiglu");
+  check_defined("swiglu", gate, "gate");
+  check_swiglu_operand("swiglu", gate, up, "up");
+  detail::check_same_device("swiglu", {&gate, &up});
+  detail::check_floating("swiglu", gate);
+  Tensor out = empty(gate.shape(), gate.dtype(), gate.device());
+  if (out.numel() > 0) backend(gate).swiglu(gate, up, out);
+  return out;
+}
+
+std::pair<Tensor, Tensor> swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& gy) {
+  const OpScope scope("swiglu_backward");
+  const char* name = "swiglu backward";
+  check_defined(name, gate, "gate");
+  check_swiglu_operand(name, gate, up, "up");
+  check_defined(name, gy, "gradient");
+  TESSERA_CHECK(gy.shape() == gate.shape(), name, ": gradient ", gy.describe(),
+                " does not match gate ", gate.describe());
+  detail::check_same_device(name, {&gate, &up, &gy});
+  detail::check_floating(name, gate);
+  Tensor ggate = empty(gate.shape(), gate.dtype(), gate.device());
+  Tensor gup = empty(gate.shape(), gate.dtype(), gate.device());
+  if (ggate.numel() > 0)
+    backend(gate).swiglu_backward(gate, up, cast(gy, gate.dtype()), ggate, gup);
+  return {ggate, gup};
+}
+
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const OpScope scope("where");
   check_defined("where", cond, "condition");

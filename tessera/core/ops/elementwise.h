@@ -2,6 +2,8 @@
 // Elementwise ops with numpy broadcasting. Binary ops promote dtypes (promote_types); a scalar
 // operand takes the tensor's dtype. Activations: gelu is the tanh form used by GPT-2.
 
+#include <utility>
+
 #include "tessera/core/backend.h"
 #include "tessera/core/tensor.h"
 
@@ -25,6 +27,12 @@ Tensor pow(const Tensor& x, double exponent);
 // neg, log, pow).
 Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& gy,
                       double scalar = 0.0);
+
+// silu(gate) * up in one pass (the SwiGLU MLP's activation): gate and up of one shape and
+// floating dtype, no broadcasting.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+// {ggate, gup} for gy flowing back through swiglu(gate, up).
+std::pair<Tensor, Tensor> swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& gy);
 
 // cond ? a : b, broadcasting all three; cond may have any dtype (nonzero is true).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
