@@ -192,11 +192,3 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 }
 
 }  // namespace tessera::autograd
-
-namespace tessera {
-
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
-  autograd::backward({*this}, {gradient}, retain_graph);
-}
-
-}  // namespace tessera

@@ -10,6 +10,14 @@ namespace tessera::autograd {
 namespace {
 std::atomic<uint64_t> next_sequence_nr{0};
 
+// Tensor::backward (core) runs the engine through this hook. It is installed here, with the
+// nodes, so every program that can build a graph has it.
+void backward_from(const Tensor& root, const Tensor& gradient, bool retain_graph) {
+  backward({root}, {gradient}, retain_graph);
+}
+[[maybe_unused]] const bool engine_installed =
+    (tessera::detail::set_backward_engine(&backward_from), true);
+
 TensorMeta meta_of(const Tensor& t) {
   return {t.shape(), t.dtype(), t.device()};
 }

@@ -50,6 +50,21 @@ void* Tensor::data_ptr(const char* op) const {
   return static_cast<char*>(impl().storage->data(op)) + offset() * int64_t(itemsize());
 }
 
+namespace {
+detail::BackwardEngine backward_engine = nullptr;
+}  // namespace
+
+void detail::set_backward_engine(BackwardEngine engine) {
+  backward_engine = engine;
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  TESSERA_CHECK(backward_engine != nullptr, "backward: ", describe(),
+                " has no autograd engine to run it: nothing in this program built a graph "
+                "(link tessera::autograd)");
+  backward_engine(*this, gradient, retain_graph);
+}
+
 const Tensor& Tensor::set_requires_grad(bool value) const {
   TESSERA_CHECK(is_leaf() || value, "set_requires_grad(false): ", describe(),
                 " is not a leaf; use detach() to cut it from the graph");

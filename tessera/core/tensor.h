@@ -95,8 +95,8 @@ class Tensor {
   void set_grad(const Tensor& grad) const { impl().grad = grad.impl_; }
   const std::shared_ptr<autograd::Node>& grad_fn() const { return impl().grad_fn; }
   uint32_t output_nr() const { return impl().output_nr; }
-  // Backpropagates from this tensor (a scalar, unless `gradient` is given). Defined in
-  // autograd/engine.cpp, so it needs tessera::autograd linked (tessera::tessera has it).
+  // Backpropagates from this tensor (a scalar, unless `gradient` is given), on the engine
+  // that tessera::autograd installs (detail::set_backward_engine) where graphs are built.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
 
   TensorImpl* impl_ptr() const { return impl_.get(); }
@@ -112,5 +112,13 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 // "f32[2, 3] on cpu", or "undefined"; for error messages.
 std::string describe(const Tensor& t);
+
+namespace detail {
+// The reverse-mode engine Tensor::backward runs. The lower layer owns the hook and the upper
+// fills it: autograd/node.cpp installs autograd::backward at static initialisation, and any
+// program that builds a graph links node.cpp. Null until then.
+using BackwardEngine = void (*)(const Tensor& root, const Tensor& gradient, bool retain_graph);
+void set_backward_engine(BackwardEngine engine);
+}  // namespace detail
 
 }  // namespace tessera

@@ -52,13 +52,19 @@ std::vector<std::vector<float>> grads_of(const GPT& m) {
 
 // Four micro-batches of 2 rows, each loss scaled by 1/4, accumulate into .grad the gradient of
 // one batch of 8 rows (every token counts, so the mean of the four means is the overall mean).
+// The step between the two checks is SGD with momentum, whose update is linear in the
+// gradient: AdamW's first update lr * g / (|g| + eps) turns the f32 round-off of the 98
+// gradients below 1e-6 into weights 1.4e-5 apart (SGD: 1.9e-9), which moved the second step's
+// gradients 2.5x past the tolerance on an AVX2 build (x86-64-v3; inside it with AVX-512).
+// That is AdamW's conditioning, not accumulation; the optimizer tests cover AdamW.
 TEST(Training, GradientAccumulationMatchesOneLargeBatch) {
   GPTConfig c = tiny_llama();
   GPT big(c), acc(c);
   Tensor idx = token_batch(8, 12, c.vocab_size, 31), targets = token_batch(8, 12, c.vocab_size, 32);
-  AdamWOptions o;
-  o.lr = 1e-2;
-  AdamW opt_big(big.named_parameters(), o), opt_acc(acc.named_parameters(), o);
+  SGDOptions o;
+  o.lr = 1e-1;
+  o.momentum = 0.9;
+  SGD opt_big(big.named_parameters(), o), opt_acc(acc.named_parameters(), o);
   for (int step = 0; step < 2; ++step) {
     opt_big.zero_grad();
     opt_acc.zero_grad();
@@ -79,7 +85,7 @@ TEST(Training, GradientAccumulationMatchesOneLargeBatch) {
   }
   std::vector<Tensor> pb = big.parameters(), pa = acc.parameters();
   for (size_t i = 0; i < pb.size(); ++i) {
-    // After two AdamW steps of lr 1e-2 from gradients equal to ~1e-4 relative, the weights
+    // After two SGD steps of lr 1e-1 from gradients equal to ~1e-4 relative, the weights
     // agree to a small fraction of the step size.
     CloseReport r = compare_close(pa[i], pb[i], 1e-4, 1e-4);
     EXPECT_TRUE(r.ok) << i << ": " << r.message;
