@@ -58,3 +58,4 @@
 
 #include "tessera/nn/nn.h"
 #include "tessera/train/trainer.h"
+#include "tessera/train/world.h"

@@ -11,6 +11,9 @@ down (or sideways into the same folder), in the order docs/architecture.md draws
             <- backend/; outside cuda only cuda.h and stream_order.h are included (and
             nccl_sim, the simulated NCCL, includes sim/streams.h)
   parallel: comm/ <- the root (mesh) <- data/, tp/, pipeline/ (not each other) <- engine/
+  public:   a detail/ folder belongs to the folder above it; its headers, and those of the
+            implementation folders (core/cpu/, cuda/ but cuda.h, nccl_sim/), are internal and
+            not installed, so an installed header may not include one
 
 Usage: check_layering.py [ROOT]   prints each include that runs against the order, with its
 file and line, and exits 1 when there is one; 0 otherwise.
@@ -47,12 +50,41 @@ CORE_INTERNAL = "core/cpu/"
 INCLUDE = re.compile(r'^\s*#\s*include\s+"tessera/([^"]+)"')
 
 
+# Folders whose headers are all internal, and the one public header among them.
+IMPLEMENTATION = ("core/cpu/", "cuda/", "nccl_sim/")
+IMPLEMENTATION_PUBLIC = {"cuda/cuda.h"}
+# A folder's one-include API, above every sub-folder of its own folder.
+FOLDER_UMBRELLAS = {"parallel/parallel.h"}
+
+
+def is_internal(rel):
+    """Whether tessera/<rel> is an internal header (not installed)."""
+    if "detail" in rel.split("/")[:-1]:
+        return True
+    return rel.startswith(IMPLEMENTATION) and rel not in IMPLEMENTATION_PUBLIC
+
+
 def place(rel):
-    """(folder, sub-folder) of a path below tessera/, e.g. ("core", "ops")."""
-    parts = rel.split("/")
+    """(folder, sub-folder) of a path below tessera/, e.g. ("core", "ops"); a detail/ folder
+    counts as the folder it is in."""
+    parts = [p for p in rel.split("/")[:-1] if p != "detail"] + rel.split("/")[-1:]
     if len(parts) == 1:
         return parts[0], "."
     return parts[0], parts[1] if len(parts) > 2 else "."
+
+
+def violation_across(s_folder, target, t_folder):
+    """Why folder s_folder may not include tessera/<target> of another folder, or None."""
+    if t_folder not in FOLDERS[s_folder]:
+        return f"{s_folder}/ may not include {t_folder}/ (it is above or beside it)"
+    if target.startswith(CORE_INTERNAL):
+        return "core/cpu/ is the CPU backend's inside; include core/threads.h or core/backend.h"
+    allowed = PUBLIC.get(t_folder)
+    if allowed is not None:
+        extra = EXTRA_PUBLIC.get((s_folder, t_folder), set())
+        if target not in allowed and target not in extra:
+            return f"outside {t_folder}/ only {', '.join(sorted(allowed | extra))} may be included"
+    return None
 
 
 def violation(src_rel, target):
@@ -63,20 +95,15 @@ def violation(src_rel, target):
     t_folder, t_sub = place(target)
     if src_rel is None:
         return None
+    if src_rel.endswith(".h") and not is_internal(src_rel) and is_internal(target):
+        return "an installed header may not include an internal one (detail/, core/cpu/, cuda/, nccl_sim/)"
     s_folder, s_sub = place(src_rel)
     if s_folder not in FOLDERS:  # tessera/tessera.h, the umbrella
         return None
+    if src_rel in FOLDER_UMBRELLAS:  # on top of its own folder
+        return None if t_folder == s_folder else violation_across(s_folder, target, t_folder)
     if t_folder != s_folder:
-        if t_folder not in FOLDERS[s_folder]:
-            return f"{s_folder}/ may not include {t_folder}/ (it is above or beside it)"
-        if target.startswith(CORE_INTERNAL):
-            return "core/cpu/ is the CPU backend's inside; include core/threads.h or core/backend.h"
-        allowed = PUBLIC.get(t_folder)
-        if allowed is not None:
-            extra = EXTRA_PUBLIC.get((s_folder, t_folder), set())
-            if target not in allowed and target not in extra:
-                return f"outside {t_folder}/ only {', '.join(sorted(allowed | extra))} may be included"
-        return None
+        return violation_across(s_folder, target, t_folder)
     levels = SUBFOLDERS.get(s_folder)
     if levels is None or s_sub == t_sub:
         return None

@@ -4,7 +4,7 @@
 #include <unordered_map>
 
 #include "tessera/autograd/grad_mode.h"
-#include "tessera/core/op_scope.h"
+#include "tessera/core/detail/op_scope.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/elementwise.h"
 #include "tessera/core/ops/movement.h"

@@ -6,7 +6,7 @@
 
 #include "tessera/core/backend.h"
 #include "tessera/core/error.h"
-#include "tessera/core/op_scope.h"
+#include "tessera/core/detail/op_scope.h"
 
 namespace tessera {
 

@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "tessera/core/error.h"
-#include "tessera/core/op_scope.h"
+#include "tessera/core/detail/op_scope.h"
 
 namespace tessera {
 

@@ -1,4 +1,4 @@
-#include "tessera/core/op_scope.h"
+#include "tessera/core/detail/op_scope.h"
 
 #include <vector>
 

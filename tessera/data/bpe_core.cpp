@@ -13,7 +13,7 @@
 #include <queue>
 
 #include "tessera/core/error.h"
-#include "tessera/data/pretokenize.h"
+#include "tessera/data/detail/pretokenize.h"
 
 namespace tessera::data {
 

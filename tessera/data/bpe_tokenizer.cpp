@@ -9,7 +9,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
-#include "tessera/data/pretokenize.h"
+#include "tessera/data/detail/pretokenize.h"
 
 namespace tessera::data {
 

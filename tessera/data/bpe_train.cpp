@@ -11,7 +11,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/data/bpe_tokenizer.h"
-#include "tessera/data/pretokenize.h"
+#include "tessera/data/detail/pretokenize.h"
 
 namespace tessera::data {
 

@@ -1,7 +1,7 @@
 // GPT-2's split pattern as a hand-written scanner: one pass, no backtracking beyond the one
 // whitespace character the (?!\S) lookahead gives back. Linear in the text.
 
-#include "tessera/data/pretokenize.h"
+#include "tessera/data/detail/pretokenize.h"
 
 #include <array>
 #include <cstdint>

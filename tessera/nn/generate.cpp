@@ -15,7 +15,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
-#include "tessera/core/philox.h"
+#include "tessera/core/detail/philox.h"
 
 namespace tessera::nn {
 

@@ -1,4 +1,4 @@
-#include "tessera/train/device.h"
+#include "tessera/train/detail/device.h"
 
 #include "tessera/core/backend.h"
 #if defined(TESSERA_HAS_CUDA)

@@ -1,4 +1,4 @@
-#include "tessera/train/layout_engine.h"
+#include "tessera/train/detail/layout_engine.h"
 
 #include "tessera/core/ops/movement.h"
 

@@ -1,4 +1,4 @@
-#include "tessera/train/model_source.h"
+#include "tessera/train/detail/model_source.h"
 
 #include <filesystem>
 
@@ -6,7 +6,7 @@
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/nn/io/hf_gpt2.h"
 #include "tessera/nn/io/llmc.h"
-#include "tessera/parallel/tp/full_state.h"
+#include "tessera/parallel/tp/detail/full_state.h"
 
 namespace tessera::train {
 

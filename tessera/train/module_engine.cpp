@@ -9,7 +9,7 @@
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/nn/optim/adamw.h"
-#include "tessera/parallel/engine/loss_weights.h"
+#include "tessera/parallel/engine/detail/loss_weights.h"
 
 namespace tessera::train {
 

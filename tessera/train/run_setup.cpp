@@ -7,7 +7,7 @@
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/nn/generate.h"
-#include "tessera/train/model_source.h"
+#include "tessera/train/detail/model_source.h"
 
 namespace tessera::train {
 

@@ -14,8 +14,8 @@
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/nn/optim/adamw.h"
 #include "tessera/nn/optim/sgd.h"
-#include "tessera/train/device.h"
-#include "tessera/train/layout_engine.h"
+#include "tessera/train/detail/device.h"
+#include "tessera/train/detail/layout_engine.h"
 #include "tessera/train/world.h"
 
 namespace tessera::train {

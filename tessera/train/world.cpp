@@ -4,7 +4,7 @@
 #include <string>
 
 #include "tessera/core/error.h"
-#include "tessera/train/device.h"
+#include "tessera/train/detail/device.h"
 
 #include "tessera/parallel/comm/local_communicator.h"
 #if TESSERA_HAS_MPI
@@ -14,7 +14,7 @@
 #endif
 #if TESSERA_HAS_NCCL
 #include "tessera/cuda/stream_order.h"
-#include "tessera/parallel/comm/nccl_communicator.h"
+#include "tessera/parallel/comm/detail/nccl_communicator.h"
 #endif
 
 namespace tessera::train {

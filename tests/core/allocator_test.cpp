@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tessera/core/op_scope.h"
+#include "tessera/core/detail/op_scope.h"
 #include "tessera/tessera.h"
 
 namespace tessera {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <thread>
 
-#include "tessera/core/philox.h"
+#include "tessera/core/detail/philox.h"
 #include "tessera/tessera.h"
 
 namespace tessera {

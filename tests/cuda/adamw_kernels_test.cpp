@@ -2,7 +2,7 @@
 // backend: several steps on sizes on and off the four-element group, aligned and misaligned
 // arrays, f32/bf16/f16 gradients, and the rounded copy (bf16 to nearest, bf16 stochastic, f16).
 // No tolerance: both backends run the same host/device element functions with every rounding
-// explicit (core/adamw_coefficients.h) and the same Philox bits, so param, m, v and the copy
+// explicit (core/detail/adamw_coefficients.h) and the same Philox bits, so param, m, v and the copy
 // must match bit for bit. Last, nn::AdamW's fused bf16 step through the whole device path.
 
 #include <gtest/gtest.h>

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/data/pretokenize.h"
+#include "tessera/data/detail/pretokenize.h"
 
 namespace tessera::data {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "tessera/nn/io/checksum.h"
+#include "tessera/nn/io/detail/checksum.h"
 #include "tests/nn/io_test_util.h"
 
 namespace tessera::nn {

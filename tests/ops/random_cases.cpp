@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "ops/harness.h"
-#include "tessera/core/philox.h"
+#include "tessera/core/detail/philox.h"
 
 namespace tessera::testing {
 namespace {

@@ -35,7 +35,7 @@
 #include "tessera/cuda/sim/streams.h"
 #endif
 #include "tessera/parallel/comm/mpi_communicator.h"
-#include "tessera/parallel/comm/nccl_communicator.h"
+#include "tessera/parallel/comm/detail/nccl_communicator.h"
 
 namespace tessera::parallel {
 namespace {

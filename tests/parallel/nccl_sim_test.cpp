@@ -20,7 +20,7 @@
 #include "support/error_of.h"
 #include "tessera/cuda/cuda.h"
 #include "tessera/cuda/sim/streams.h"
-#include "tessera/parallel/comm/nccl_communicator.h"
+#include "tessera/parallel/comm/detail/nccl_communicator.h"
 #include "tessera/tessera.h"
 
 namespace tessera::parallel {

@@ -22,7 +22,7 @@
 #include "parallel/nccl_test_device.h"
 #include "support/error_of.h"
 #include "tessera/cuda/cuda.h"
-#include "tessera/parallel/comm/nccl_communicator.h"
+#include "tessera/parallel/comm/detail/nccl_communicator.h"
 #include "tessera/tessera.h"
 
 namespace tessera::parallel {

@@ -24,9 +24,9 @@
 #include "tessera/parallel/comm/local_communicator.h"
 #include "tessera/parallel/mesh.h"
 #include "tessera/parallel/pipeline/executor.h"
-#include "tessera/parallel/pipeline/partition.h"
+#include "tessera/parallel/pipeline/detail/partition.h"
 #include "tessera/parallel/pipeline/simulator.h"
-#include "tessera/parallel/pipeline/tied_gradients.h"
+#include "tessera/parallel/pipeline/detail/tied_gradients.h"
 #include "tessera/tessera.h"
 
 namespace tessera::parallel {

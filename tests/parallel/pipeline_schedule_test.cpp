@@ -10,8 +10,8 @@
 
 #include "parallel/rank_test.h"
 #include "tessera/core/error.h"
-#include "tessera/parallel/pipeline/nccl_order.h"
-#include "tessera/parallel/pipeline/partition.h"
+#include "tessera/parallel/pipeline/detail/nccl_order.h"
+#include "tessera/parallel/pipeline/detail/partition.h"
 #include "tessera/parallel/pipeline/schedule.h"
 #include "tessera/parallel/pipeline/simulator.h"
 

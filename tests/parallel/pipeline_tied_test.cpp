@@ -6,7 +6,7 @@
 #include "parallel/rank_test.h"
 #include "tessera/parallel/mesh.h"
 #include "tessera/parallel/pipeline/executor.h"
-#include "tessera/parallel/pipeline/tied_gradients.h"
+#include "tessera/parallel/pipeline/detail/tied_gradients.h"
 #include "tessera/tessera.h"
 
 namespace tessera::parallel {

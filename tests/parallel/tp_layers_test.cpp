@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "parallel/rank_test.h"
-#include "tessera/parallel/tp/regions.h"
-#include "tessera/parallel/tp/vocab_cross_entropy.h"
+#include "tessera/parallel/tp/detail/regions.h"
+#include "tessera/parallel/tp/detail/vocab_cross_entropy.h"
 #include "tests/parallel/tp_test_util.h"
 
 namespace tessera::parallel {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "parallel/rank_test.h"
-#include "tessera/parallel/tp/regions.h"
+#include "tessera/parallel/tp/detail/regions.h"
 #include "tests/parallel/tp_test_util.h"
 
 namespace tessera::parallel {

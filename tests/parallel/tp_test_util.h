@@ -15,7 +15,7 @@
 #include "parallel/rank_test.h"
 #include "tessera/nn/nn.h"
 #include "tessera/parallel/mesh.h"
-#include "tessera/parallel/tp/full_state.h"
+#include "tessera/parallel/tp/detail/full_state.h"
 #include "tessera/parallel/tp/tensor_parallel.h"
 #include "tessera/tessera.h"
 

@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "tessera/tessera.h"
-#include "tessera/train/model_source.h"
+#include "tessera/train/detail/model_source.h"
 
 namespace tessera::cli {
 

@@ -11,7 +11,7 @@
 #include "tessera/parallel/mesh.h"
 #include "tessera/parallel/tp/tensor_parallel.h"
 #include "tessera/tessera.h"
-#include "tessera/train/model_source.h"
+#include "tessera/train/detail/model_source.h"
 #if TESSERA_HAS_MPI
 #include "tessera/parallel/comm/mpi_communicator.h"
 #endif

@@ -13,7 +13,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
 #include "tessera/cuda/cuda.h"
-#include "tessera/train/device.h"
+#include "tessera/train/detail/device.h"
 #include "tessera/train/trainer.h"
 #include "tessera/train/world.h"
 #if TESSERA_HAS_MPI

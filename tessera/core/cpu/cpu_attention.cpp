@@ -36,7 +36,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "tessera/core/element_convert.h"
+#include "tessera/core/detail/element_convert.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/parallel.h"
 #include "tessera/core/empty.h"

@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "tessera/core/element_convert.h"
+#include "tessera/core/detail/element_convert.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/strided_loop.h"
 

@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "tessera/core/element_convert.h"
+#include "tessera/core/detail/element_convert.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/parallel.h"
 

@@ -6,7 +6,7 @@
 #include <Eigen/Core>
 #include <cmath>
 
-#include "tessera/core/element_convert.h"
+#include "tessera/core/detail/element_convert.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/strided_loop.h"
 

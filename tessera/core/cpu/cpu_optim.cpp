@@ -4,12 +4,12 @@
 // with a bf16/f16 gradient). Memory-bound: the arithmetic (a sqrt and a divide per element)
 // vectorises and hides behind the loads. Each chunk is updated, then rounded while it is still
 // in cache, so the copy costs no second pass over memory. Elementwise with the per-element math
-// of core/adamw_coefficients.h, so the result does not depend on how the range is split, and
+// of core/detail/adamw_coefficients.h, so the result does not depend on how the range is split, and
 // equals the CUDA kernel's bits.
 
 #include <type_traits>
 
-#include "tessera/core/adamw_coefficients.h"
+#include "tessera/core/detail/adamw_coefficients.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/parallel.h"
 

@@ -4,10 +4,10 @@
 
 #include <cmath>
 
-#include "tessera/core/element_convert.h"
+#include "tessera/core/detail/element_convert.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/parallel.h"
-#include "tessera/core/philox.h"
+#include "tessera/core/detail/philox.h"
 
 namespace tessera {
 

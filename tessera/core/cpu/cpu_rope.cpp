@@ -8,7 +8,7 @@
 #include <cmath>
 #include <vector>
 
-#include "tessera/core/element_convert.h"
+#include "tessera/core/detail/element_convert.h"
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/parallel.h"
 #include "tessera/core/empty.h"

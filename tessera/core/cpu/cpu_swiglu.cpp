@@ -10,7 +10,7 @@
 
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/strided_loop.h"
-#include "tessera/core/element_convert.h"
+#include "tessera/core/detail/element_convert.h"
 
 namespace tessera {
 

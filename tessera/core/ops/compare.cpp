@@ -5,7 +5,7 @@
 
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
-#include "tessera/core/ops/op_utils.h"
+#include "tessera/core/ops/detail/op_utils.h"
 
 namespace tessera {
 

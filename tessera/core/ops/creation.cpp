@@ -2,9 +2,9 @@
 
 #include <cmath>
 
-#include "tessera/core/op_scope.h"
+#include "tessera/core/detail/op_scope.h"
 #include "tessera/core/ops/movement.h"
-#include "tessera/core/ops/op_utils.h"
+#include "tessera/core/ops/detail/op_utils.h"
 
 namespace tessera {
 

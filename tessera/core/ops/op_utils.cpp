@@ -1,4 +1,4 @@
-#include "tessera/core/ops/op_utils.h"
+#include "tessera/core/ops/detail/op_utils.h"
 
 namespace tessera::ops::detail {
 

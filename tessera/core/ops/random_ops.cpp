@@ -1,9 +1,9 @@
 #include "tessera/core/ops/random_ops.h"
 
-#include "tessera/core/op_scope.h"
+#include "tessera/core/detail/op_scope.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
-#include "tessera/core/ops/op_utils.h"
+#include "tessera/core/ops/detail/op_utils.h"
 
 namespace tessera::ops {
 

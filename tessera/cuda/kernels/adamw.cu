@@ -10,7 +10,7 @@
 // is exactly one Philox block, so stochastic rounding costs one Philox call per thread.
 //
 // Bit-identical to the CPU backend: the per-element arithmetic and rounding are the shared
-// host/device functions of core/adamw_coefficients.h (explicit FMAs, correctly rounded sqrt and
+// host/device functions of core/detail/adamw_coefficients.h (explicit FMAs, correctly rounded sqrt and
 // divide; bf16/f16 rounding in integer arithmetic), and the random bits are Philox at (key of
 // (seed, step), element index), as on the CPU.
 
@@ -18,8 +18,8 @@
 
 #include <type_traits>
 
-#include "tessera/core/adamw_coefficients.h"
-#include "tessera/core/philox.h"
+#include "tessera/core/detail/adamw_coefficients.h"
+#include "tessera/core/detail/philox.h"
 #include "tessera/cuda/kernels/vector_io.h"
 
 namespace tessera::cuda {

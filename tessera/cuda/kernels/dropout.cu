@@ -1,4 +1,4 @@
-// Dropout on the Philox4x32-10 stream shared with the CPU backend (tessera/core/philox.h):
+// Dropout on the Philox4x32-10 stream shared with the CPU backend (tessera/core/detail/philox.h):
 // element i is kept when the 32 bits at position offset + i reach drop_threshold(p), so the
 // mask is the same bits on every backend, thread count and sharding. One Philox call gives four
 // consecutive positions; each thread computes one call and handles those four elements (read,
@@ -10,7 +10,7 @@
 
 #include <type_traits>
 
-#include "tessera/core/philox.h"
+#include "tessera/core/detail/philox.h"
 #include "tessera/cuda/kernels/vector_io.h"
 
 namespace tessera::cuda {

@@ -10,7 +10,7 @@
 
 #include <cstring>
 
-#include "tessera/core/element_convert.h"
+#include "tessera/core/detail/element_convert.h"
 #include "tessera/cuda/kernels/fill.h"
 
 namespace tessera::cuda {

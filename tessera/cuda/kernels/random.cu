@@ -1,5 +1,5 @@
 // Uniform and normal random tensors from the Philox4x32-10 counter-based generator
-// (tessera/core/philox.h, shared with the CPU backend, so the draws are the same function of
+// (tessera/core/detail/philox.h, shared with the CPU backend, so the draws are the same function of
 // (seed, position) on both). One Philox call yields four 32-bit lanes; each thread computes one
 // call and writes every element that uses it (4 uniforms, or 2 normals by Box-Muller on lanes
 // (0, 1) and (2, 3)), so no lane is computed twice. Bound: compute (ten rounds of 32-bit
@@ -15,7 +15,7 @@
 
 #include <type_traits>
 
-#include "tessera/core/philox.h"
+#include "tessera/core/detail/philox.h"
 #include "tessera/cuda/kernels/vector_io.h"
 
 namespace tessera::cuda {

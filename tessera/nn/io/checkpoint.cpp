@@ -15,7 +15,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
 #include "tessera/core/version.h"
-#include "tessera/nn/io/checksum.h"
+#include "tessera/nn/io/detail/checksum.h"
 #include "tessera/nn/io/safetensors.h"
 
 namespace tessera::nn {

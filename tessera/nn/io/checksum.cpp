@@ -1,11 +1,11 @@
-#include "tessera/nn/io/checksum.h"
+#include "tessera/nn/io/detail/checksum.h"
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
 #include <vector>
 
-#include "tessera/nn/io/posix_file.h"
+#include "tessera/nn/io/detail/posix_file.h"
 
 namespace tessera::nn {
 

@@ -1,4 +1,4 @@
-#include "tessera/nn/io/gpt2_weights.h"
+#include "tessera/nn/io/detail/gpt2_weights.h"
 
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"

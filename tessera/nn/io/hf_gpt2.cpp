@@ -11,7 +11,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
 #include "tessera/core/ops/movement.h"
-#include "tessera/nn/io/gpt2_weights.h"
+#include "tessera/nn/io/detail/gpt2_weights.h"
 #include "tessera/nn/io/safetensors.h"
 
 namespace tessera::nn {

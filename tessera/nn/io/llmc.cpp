@@ -9,8 +9,8 @@
 #include "tessera/core/file_io.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
-#include "tessera/nn/io/gpt2_weights.h"
-#include "tessera/nn/io/posix_file.h"
+#include "tessera/nn/io/detail/gpt2_weights.h"
+#include "tessera/nn/io/detail/posix_file.h"
 
 namespace tessera::nn {
 

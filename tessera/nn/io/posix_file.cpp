@@ -1,4 +1,4 @@
-#include "tessera/nn/io/posix_file.h"
+#include "tessera/nn/io/detail/posix_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

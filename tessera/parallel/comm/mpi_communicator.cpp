@@ -7,7 +7,7 @@
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/elementwise.h"
 #include "tessera/core/ops/movement.h"
-#include "tessera/parallel/comm/poll_until_done.h"
+#include "tessera/parallel/comm/detail/poll_until_done.h"
 
 namespace tessera::parallel {
 

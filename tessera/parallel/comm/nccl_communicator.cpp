@@ -1,4 +1,4 @@
-#include "tessera/parallel/comm/nccl_communicator.h"
+#include "tessera/parallel/comm/detail/nccl_communicator.h"
 
 #if defined(TESSERA_NCCL_SIMULATED)
 #include "tessera/nccl_sim/nccl.h"
@@ -13,7 +13,7 @@
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/cuda/stream_order.h"
-#include "tessera/parallel/comm/poll_until_done.h"
+#include "tessera/parallel/comm/detail/poll_until_done.h"
 
 // TESSERA_NCCL_CHECK(call): runs an NCCL call and throws tessera::Error naming the call, NCCL's
 // error string and last message, and the file and line.

@@ -16,7 +16,7 @@
 #include "tessera/core/empty.h"
 #include "tessera/core/error.h"
 #include "tessera/core/ops/elementwise.h"
-#include "tessera/parallel/comm/poll_until_done.h"
+#include "tessera/parallel/comm/detail/poll_until_done.h"
 
 namespace tessera::parallel {
 

@@ -1,4 +1,4 @@
-#include "tessera/parallel/engine/full_model_state.h"
+#include "tessera/parallel/engine/detail/full_model_state.h"
 
 #include <map>
 #include <set>
@@ -8,7 +8,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
-#include "tessera/parallel/tp/full_state.h"
+#include "tessera/parallel/tp/detail/full_state.h"
 
 namespace tessera::parallel {
 

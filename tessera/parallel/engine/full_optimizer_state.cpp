@@ -1,4 +1,4 @@
-#include "tessera/parallel/engine/full_optimizer_state.h"
+#include "tessera/parallel/engine/detail/full_optimizer_state.h"
 
 #include <array>
 #include <map>
@@ -6,7 +6,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/nn/init.h"
-#include "tessera/parallel/engine/full_model_state.h"
+#include "tessera/parallel/engine/detail/full_model_state.h"
 
 namespace tessera::parallel {
 

@@ -1,4 +1,4 @@
-#include "tessera/parallel/engine/loss_weights.h"
+#include "tessera/parallel/engine/detail/loss_weights.h"
 
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"

@@ -1,4 +1,4 @@
-#include "tessera/parallel/engine/parallel_eval.h"
+#include "tessera/parallel/engine/detail/parallel_eval.h"
 
 #include <utility>
 

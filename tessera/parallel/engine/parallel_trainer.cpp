@@ -8,12 +8,12 @@
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
-#include "tessera/parallel/engine/full_model_state.h"
-#include "tessera/parallel/engine/full_optimizer_state.h"
-#include "tessera/parallel/engine/loss_weights.h"
-#include "tessera/parallel/engine/parallel_eval.h"
-#include "tessera/parallel/pipeline/nccl_order.h"
-#include "tessera/parallel/pipeline/partition.h"
+#include "tessera/parallel/engine/detail/full_model_state.h"
+#include "tessera/parallel/engine/detail/full_optimizer_state.h"
+#include "tessera/parallel/engine/detail/loss_weights.h"
+#include "tessera/parallel/engine/detail/parallel_eval.h"
+#include "tessera/parallel/pipeline/detail/nccl_order.h"
+#include "tessera/parallel/pipeline/detail/partition.h"
 
 namespace tessera::parallel {
 

@@ -8,8 +8,8 @@
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
-#include "tessera/parallel/pipeline/nccl_order.h"
-#include "tessera/parallel/pipeline/tied_gradients.h"
+#include "tessera/parallel/pipeline/detail/nccl_order.h"
+#include "tessera/parallel/pipeline/detail/tied_gradients.h"
 
 namespace tessera::parallel {
 

@@ -5,7 +5,7 @@
 // A round that completes nothing while groups are posted is a deadlock. Each group is posted
 // and completed once, so the check costs O(actions + groups x ranks).
 
-#include "tessera/parallel/pipeline/nccl_order.h"
+#include "tessera/parallel/pipeline/detail/nccl_order.h"
 
 #include <algorithm>
 #include <map>

@@ -1,4 +1,4 @@
-#include "tessera/parallel/pipeline/partition.h"
+#include "tessera/parallel/pipeline/detail/partition.h"
 
 #include "tessera/core/error.h"
 

@@ -1,4 +1,4 @@
-#include "tessera/parallel/pipeline/tied_gradients.h"
+#include "tessera/parallel/pipeline/detail/tied_gradients.h"
 
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"

@@ -2,7 +2,7 @@
 // dim, the ranks' parts of each segment are joined in order and the tensor-parallel padding
 // (vocabulary rows) is cut off.
 
-#include "tessera/parallel/tp/full_state.h"
+#include "tessera/parallel/tp/detail/full_state.h"
 
 #include <vector>
 

@@ -4,7 +4,7 @@
 // its input the other way first. Each is one pass over the data, against a collective that
 // moves (size - 1) / size of it over the network, so the copies are not the bound.
 
-#include "tessera/parallel/tp/regions.h"
+#include "tessera/parallel/tp/detail/regions.h"
 
 #include <vector>
 

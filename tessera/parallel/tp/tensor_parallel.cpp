@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "tessera/core/error.h"
-#include "tessera/parallel/tp/regions.h"
-#include "tessera/parallel/tp/vocab_cross_entropy.h"
+#include "tessera/parallel/tp/detail/regions.h"
+#include "tessera/parallel/tp/detail/vocab_cross_entropy.h"
 
 namespace tessera::parallel::tp {
 

@@ -4,7 +4,7 @@
 // one-hot term in the backward pass are a gather and a scatter-add over the flattened logits
 // (embedding and its backward with a width of one), so the result is deterministic.
 
-#include "tessera/parallel/tp/vocab_cross_entropy.h"
+#include "tessera/parallel/tp/detail/vocab_cross_entropy.h"
 
 #include <algorithm>
 #include <cmath>

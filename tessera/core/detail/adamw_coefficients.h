@@ -17,7 +17,7 @@
 
 #include "tessera/core/backend.h"
 #include "tessera/core/half.h"
-#include "tessera/core/philox.h"
+#include "tessera/core/detail/philox.h"
 
 namespace tessera {
 
