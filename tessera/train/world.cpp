@@ -40,7 +40,7 @@ std::shared_ptr<parallel::Communicator> default_world(Device device) {
             " need a build whose NCCL is ", simulated_device ? "simulated" : "real",
             "; this one was configured with TESSERA_NCCL=", simulated_nccl ? "simulated" : "real",
             " (reconfigure with -DTESSERA_NCCL=", simulated_device ? "simulated" : "real", ")"));
-      return parallel::NcclCommunicator::create(MPI_COMM_WORLD, "world");
+      return parallel::NcclCommunicator::create(MPI_COMM_WORLD, "world", world->options());
 #else
       throw DeviceUnavailable(str_cat(
           "tessera train: ", world->size(), " ranks on ", device.to_string(),

@@ -16,6 +16,25 @@ const char* comm_op_name(CommOp op) {
   return "?";
 }
 
+const char* comm_wait_name(CommWait wait) {
+  switch (wait) {
+    case CommWait::automatic:
+      return "auto";
+    case CommWait::spin:
+      return "spin";
+    case CommWait::yield:
+      return "yield";
+  }
+  return "?";
+}
+
+CommWait parse_comm_wait(const std::string& value, const std::string& where) {
+  if (value == "auto") return CommWait::automatic;
+  if (value == "spin") return CommWait::spin;
+  if (value == "yield") return CommWait::yield;
+  detail::throw_error(where, ": '", value, "' is not a wait mode; expected auto, spin or yield");
+}
+
 Communicator::Communicator(std::string name, CommOptions options,
                            std::shared_ptr<std::atomic<int64_t>> step)
     : name_(std::move(name)),

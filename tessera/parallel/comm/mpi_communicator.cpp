@@ -1,7 +1,12 @@
 #include "tessera/parallel/comm/mpi_communicator.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
+#include <thread>
 
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
@@ -55,11 +60,12 @@ class MpiWork final : public Work {
  public:
   using Phase = std::function<std::vector<MPI_Request>()>;
 
-  MpiWork(std::vector<Phase> phases, std::function<std::string()> describe, double timeout,
-          std::vector<Tensor> keep_alive)
+  MpiWork(std::vector<Phase> phases, std::function<std::string()> describe,
+          const CommOptions& options, std::vector<Tensor> keep_alive)
       : phases_(std::move(phases)),
         describe_(std::move(describe)),
-        timeout_(timeout),
+        timeout_(options.timeout_seconds),
+        yield_(options.wait != CommWait::spin),
         keep_(std::move(keep_alive)),
         start_(std::chrono::steady_clock::now()) {
     advance();
@@ -87,7 +93,7 @@ class MpiWork final : public Work {
 
   void wait() override {
     poll_until_done([this] { return test(); }, timeout_, start_, describe_,
-                            [] { MPI_Abort(MPI_COMM_WORLD, 124); });
+                    [] { MPI_Abort(MPI_COMM_WORLD, 124); }, yield_);
   }
 
  private:
@@ -96,6 +102,7 @@ class MpiWork final : public Work {
   std::vector<Phase> phases_;
   std::function<std::string()> describe_;
   double timeout_;
+  bool yield_;
   std::vector<Tensor> keep_;
   std::chrono::steady_clock::time_point start_;
   std::vector<MPI_Request> requests_;
@@ -121,11 +128,43 @@ MpiSession::~MpiSession() {
   if (owns_ && !finalized) MPI_Finalize();
 }
 
+namespace {
+
+// The cores this process may run on (its affinity mask; what a launcher's binding leaves it).
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(CPU_COUNT(&set), 1);
+  return int(std::max(std::thread::hardware_concurrency(), 1u));
+}
+
+// automatic -> spin or yield, the same on every rank: yield when any node runs more ranks than
+// its ranks may use cores. The environment (TESSERA_COMM_WAIT) overrides `requested`'s
+// automatic only. Collective over MPI_COMM_WORLD.
+CommWait resolve_wait(CommWait requested) {
+  if (const char* env = std::getenv("TESSERA_COMM_WAIT");
+      requested == CommWait::automatic && env != nullptr && *env != '\0')
+    requested = parse_comm_wait(env, "TESSERA_COMM_WAIT");
+  if (requested != CommWait::automatic) return requested;
+  MPI_Comm node;
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type");
+  int on_node = 1;
+  check_mpi(MPI_Comm_size(node, &on_node), "MPI_Comm_size");
+  MPI_Comm_free(&node);
+  int crowded = on_node > usable_cores() ? 1 : 0, any = 0;
+  check_mpi(MPI_Allreduce(&crowded, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+  return any != 0 ? CommWait::yield : CommWait::spin;
+}
+
+}  // namespace
+
 std::shared_ptr<MpiCommunicator> MpiCommunicator::world(CommOptions options) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   TESSERA_CHECK(initialized, "MpiCommunicator::world: MPI is not initialised; create a ",
                 "tessera::parallel::MpiSession in main() first");
+  options.wait = resolve_wait(options.wait);
   return std::shared_ptr<MpiCommunicator>(
       new MpiCommunicator(MPI_COMM_WORLD, false, "world", options, nullptr));
 }
@@ -157,7 +196,7 @@ void MpiCommunicator::barrier() {
               check_mpi(MPI_Ibarrier(comm, &r), "MPI_Ibarrier");
               return std::vector<MPI_Request>{r};
             }},
-            [this, none] { return describe_call("barrier", none); }, options_.timeout_seconds, {});
+            [this, none] { return describe_call("barrier", none); }, options_, {});
   w.wait();
 }
 
@@ -181,12 +220,15 @@ std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const Tensor& x, CommOp op)
           check_mpi(MPI_Iallreduce(MPI_IN_PLACE, p, count, type, mop, comm, &r), "MPI_Iallreduce");
           return std::vector<MPI_Request>{r};
         }},
-        describe, options_.timeout_seconds, std::vector<Tensor>{x});
+        describe, options_, std::vector<Tensor>{x});
   }
-  // Sum (or avg) of floats: reduce-scatter into padded chunks, scale the own chunk, gather.
+  // Sum (or avg) of floats: reduce-scatter into chunks, scale the own chunk, gather, so every
+  // rank receives the same bits. x itself is the buffer when n divides it (x is contiguous);
+  // otherwise a copy padded to a multiple of n.
   const int64_t chunk = (x.numel() + n - 1) / n;
-  Tensor buf = zeros({chunk * n}, x.dtype());
-  ops::copy_(ops::narrow(buf, 0, 0, x.numel()), ops::reshape(x, {x.numel()}));
+  const bool in_place = chunk * n == x.numel();
+  Tensor buf = in_place ? ops::reshape(x, {x.numel()}) : zeros({chunk * n}, x.dtype());
+  if (!in_place) ops::copy_(ops::narrow(buf, 0, 0, x.numel()), ops::reshape(x, {x.numel()}));
   Tensor mine = empty({chunk}, x.dtype());
   std::vector<MpiWork::Phase> phases = {
       [=] {
@@ -205,10 +247,10 @@ std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const Tensor& x, CommOp op)
         return std::vector<MPI_Request>{r};
       },
       [=] {
-        ops::copy_(ops::reshape(x, {x.numel()}), ops::narrow(buf, 0, 0, x.numel()));
+        if (!in_place) ops::copy_(ops::reshape(x, {x.numel()}), ops::narrow(buf, 0, 0, x.numel()));
         return std::vector<MPI_Request>{};
       }};
-  return std::make_shared<MpiWork>(std::move(phases), describe, options_.timeout_seconds,
+  return std::make_shared<MpiWork>(std::move(phases), describe, options_,
                                    std::vector<Tensor>{x, buf, mine});
 }
 
@@ -234,7 +276,7 @@ std::shared_ptr<Work> MpiCommunicator::do_reduce_scatter(const Tensor& in, const
       }};
   return std::make_shared<MpiWork>(
       std::move(phases), [this, in] { return describe_call("reduce_scatter", in); },
-      options_.timeout_seconds, std::vector<Tensor>{in, out});
+      options_, std::vector<Tensor>{in, out});
 }
 
 std::shared_ptr<Work> MpiCommunicator::do_all_gather(const Tensor& in, const Tensor& out) {
@@ -249,7 +291,7 @@ std::shared_ptr<Work> MpiCommunicator::do_all_gather(const Tensor& in, const Ten
                   "MPI_Iallgather");
         return std::vector<MPI_Request>{r};
       }},
-      [this, in] { return describe_call("all_gather", in); }, options_.timeout_seconds,
+      [this, in] { return describe_call("all_gather", in); }, options_,
       std::vector<Tensor>{in, out});
 }
 
@@ -264,7 +306,7 @@ std::shared_ptr<Work> MpiCommunicator::do_broadcast(const Tensor& x, int root) {
         check_mpi(MPI_Ibcast(x.data_ptr(), count, type, root, comm, &r), "MPI_Ibcast");
         return std::vector<MPI_Request>{r};
       }},
-      [this, x] { return describe_call("broadcast", x); }, options_.timeout_seconds,
+      [this, x] { return describe_call("broadcast", x); }, options_,
       std::vector<Tensor>{x});
 }
 
@@ -280,7 +322,7 @@ std::shared_ptr<Work> MpiCommunicator::do_send(const Tensor& x, int dst, int tag
         return std::vector<MPI_Request>{r};
       }},
       [this, x, dst] { return describe_call(str_cat("send to ", dst).c_str(), x); },
-      options_.timeout_seconds, std::vector<Tensor>{x});
+      options_, std::vector<Tensor>{x});
 }
 
 std::shared_ptr<Work> MpiCommunicator::do_recv(const Tensor& x, int src, int tag) {
@@ -295,7 +337,7 @@ std::shared_ptr<Work> MpiCommunicator::do_recv(const Tensor& x, int src, int tag
         return std::vector<MPI_Request>{r};
       }},
       [this, x, src] { return describe_call(str_cat("recv from ", src).c_str(), x); },
-      options_.timeout_seconds, std::vector<Tensor>{x});
+      options_, std::vector<Tensor>{x});
 }
 
 }  // namespace tessera::parallel

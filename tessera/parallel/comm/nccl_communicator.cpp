@@ -92,12 +92,13 @@ std::atomic<bool> g_missing_wait_planted{false};  // NcclCommunicator::plant_mis
 class NcclWork final : public Work {
  public:
   NcclWork(cuda::StreamOrder& order, void* done, std::shared_ptr<ncclComm> comm, NcclWait mode,
-           double timeout, std::string what, std::vector<Tensor> keep_alive)
+           const CommOptions& options, std::string what, std::vector<Tensor> keep_alive)
       : order_(order),
         done_(done),
         comm_(std::move(comm)),
         mode_(mode),
-        timeout_(timeout),
+        timeout_(options.timeout_seconds),
+        yield_(options.wait != CommWait::spin),
         what_(std::move(what)),
         keep_(std::move(keep_alive)),
         start_(std::chrono::steady_clock::now()) {}
@@ -146,7 +147,8 @@ class NcclWork final : public Work {
         [this] {
           ncclCommAbort(comm_.get());
           MPI_Abort(MPI_COMM_WORLD, 124);
-        });
+        },
+        yield_);
   }
 
  private:
@@ -155,6 +157,7 @@ class NcclWork final : public Work {
   std::shared_ptr<ncclComm> comm_;
   NcclWait mode_;
   double timeout_;
+  bool yield_;
   std::string what_;
   std::vector<Tensor> keep_;
   std::chrono::steady_clock::time_point start_;
@@ -238,7 +241,7 @@ std::shared_ptr<Work> NcclCommunicator::launch(std::string what, std::vector<Ten
   order.destroy_event(ready);  // released once the wait it feeds has run
   issue(comm);
   void* done = order.record_event(comm);
-  return std::make_shared<NcclWork>(order, done, comm_, wait, options_.timeout_seconds,
+  return std::make_shared<NcclWork>(order, done, comm_, wait, options_,
                                     std::move(what), std::move(tensors));
 }
 

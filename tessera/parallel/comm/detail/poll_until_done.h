@@ -1,9 +1,10 @@
 #pragma once
-// The wait loop both process-group communicators (MPI, NCCL) use for a blocking wait: poll a
-// non-blocking completion test, spinning briefly and then sleeping with exponential backoff
-// (1 us up to 100 us), so that an oversubscribed rank yields its core to the peer it waits on;
-// past the timeout, print the one line that names the collective and abort the whole job
-// (a collective that never completes would otherwise hang every rank).
+// The wait loop the communicators use for a blocking wait: poll a non-blocking completion
+// test; past the timeout, print the one line that names the collective and abort the whole
+// job (a collective that never completes would otherwise hang every rank). Two ways to wait
+// (CommWait): spin polls back to back, reading the clock every 1024 polls; yield polls 64
+// times, then sleeps between polls with exponential backoff (1 us up to 100 us), so that an
+// oversubscribed rank hands its core to the peer it waits on.
 
 #include <time.h>
 
@@ -16,16 +17,20 @@ namespace tessera::parallel {
 
 // done(): true once complete (it may throw). describe(): the collective, rank, group and step
 // for the timeout line. abort_job(): never returns (MPI_Abort after any transport cleanup).
+// yield: whether to sleep between polls (CommWait::yield; automatic counts as yield, the
+// safe choice for a communicator that was never resolved).
 template <class Done, class Describe, class AbortJob>
 void poll_until_done(Done&& done, double timeout_seconds,
                      std::chrono::steady_clock::time_point start, Describe&& describe,
-                     AbortJob&& abort_job) {
+                     AbortJob&& abort_job, bool yield = true) {
   constexpr int kSpins = 64;
+  constexpr int kSpinClockEvery = 1024;
   constexpr long kMaxSleepNs = 100000;
   int spins = 0;
   long sleep_ns = 1000;
   while (!done()) {
-    if (++spins < kSpins) continue;
+    ++spins;
+    if (yield ? spins < kSpins : spins % kSpinClockEvery != 0) continue;
     const double waited =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (waited > timeout_seconds) {
@@ -35,6 +40,7 @@ void poll_until_done(Done&& done, double timeout_seconds,
       std::fflush(stderr);
       abort_job();
     }
+    if (!yield) continue;
     struct timespec ts {
       0, sleep_ns
     };
