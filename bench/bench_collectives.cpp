@@ -80,8 +80,8 @@ void run(benchmark::State& state, Collective c, bool plain_mpi) {
                                  MPI_SUM, mc);
         break;
       case Collective::all_gather:
-        MPI_Allgather(part.data_ptr(), int(count / n), MPI_FLOAT, whole.data_ptr(),
-                      int(count / n), MPI_FLOAT, mc);
+        MPI_Allgather(part.data_ptr(), int(count / n), MPI_FLOAT, whole.data_ptr(), int(count / n),
+                      MPI_FLOAT, mc);
         break;
     }
   };
@@ -108,8 +108,10 @@ void run(benchmark::State& state, Collective c, bool plain_mpi) {
   }
   const double per_call = total / double(state.iterations());
   const auto key = std::make_pair(c, bytes);
-  if (plain_mpi) mpi_seconds()[key] = per_call;
-  else if (mpi_seconds().count(key)) state.counters["vs_mpi"] = per_call / mpi_seconds()[key];
+  if (plain_mpi)
+    mpi_seconds()[key] = per_call;
+  else if (mpi_seconds().count(key))
+    state.counters["vs_mpi"] = per_call / mpi_seconds()[key];
   // Rates over the manual (slowest-rank) time: "busbw=1.2G/s" is 1.2 GB/s.
   const double size = double(count) * 4.0;
   using benchmark::Counter;
@@ -120,10 +122,9 @@ void run(benchmark::State& state, Collective c, bool plain_mpi) {
 }
 
 void register_all() {
-  const std::pair<const char*, Collective> kinds[] = {
-      {"AllReduce", Collective::all_reduce},
-      {"ReduceScatter", Collective::reduce_scatter},
-      {"AllGather", Collective::all_gather}};
+  const std::pair<const char*, Collective> kinds[] = {{"AllReduce", Collective::all_reduce},
+                                                      {"ReduceScatter", Collective::reduce_scatter},
+                                                      {"AllGather", Collective::all_gather}};
   for (const auto& [name, c] : kinds) {
     for (int64_t bytes = 1024; bytes <= (int64_t(64) << 20); bytes *= 4) {
       for (bool plain : {true, false}) {

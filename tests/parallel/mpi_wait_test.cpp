@@ -27,13 +27,12 @@ void expect_resolved_mode() {
   auto world = MpiCommunicator::world();
   const char* env = std::getenv("TESSERA_COMM_WAIT");
   const std::string forced = env != nullptr ? env : "";
-  const CommWait want = forced == "spin"    ? CommWait::spin
-                        : forced == "yield" ? CommWait::yield
+  const CommWait want = forced == "spin"          ? CommWait::spin
+                        : forced == "yield"       ? CommWait::yield
                         : world->size() > cores() ? CommWait::yield
                                                   : CommWait::spin;
   EXPECT_EQ(comm_wait_name(world->options().wait), std::string(comm_wait_name(want)))
-      << world->size() << " ranks on " << cores() << " cores, TESSERA_COMM_WAIT='" << forced
-      << "'";
+      << world->size() << " ranks on " << cores() << " cores, TESSERA_COMM_WAIT='" << forced << "'";
   // The split groups inherit it.
   EXPECT_EQ(world->split(0, world->rank(), "child")->options().wait, world->options().wait);
   // An explicit mode is kept as asked.
