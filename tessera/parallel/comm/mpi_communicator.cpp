@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <thread>
+#include <type_traits>
 
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
@@ -109,6 +110,34 @@ class MpiWork final : public Work {
   size_t next_ = 0;
 };
 
+// out = (part 0 + part 1 + ... + part n-1) * scale, left to right, where part j is elements
+// [j len, (j + 1) len) of `parts`; out is contiguous, f32 or f64, len elements. One rounding per
+// add, in this order whatever the size: small sums take a plain loop (the ops' dispatch costs
+// more than the adds below ~64 KiB), large ones the ops (threaded), with the same arithmetic.
+void sum_in_rank_order(const Tensor& parts, int n, int64_t len, const Tensor& out, double scale) {
+  constexpr int64_t kPlainLoopBytes = 64 << 10;
+  if (len * n * int64_t(dtype_size(out.dtype())) > kPlainLoopBytes) {
+    ops::copy_(out, ops::narrow(parts, 0, 0, len));
+    for (int j = 1; j < n; ++j) ops::add_(out, ops::narrow(parts, 0, int64_t(j) * len, len));
+    if (scale != 1.0) ops::mul_(out, scale);
+    return;
+  }
+  auto loop = [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const T* p = static_cast<const T*>(parts.data_ptr("all_reduce"));
+    T* o = static_cast<T*>(out.data_ptr("all_reduce"));
+    for (int64_t i = 0; i < len; ++i) o[i] = p[i];
+    for (int j = 1; j < n; ++j)
+      for (int64_t i = 0; i < len; ++i) o[i] += p[int64_t(j) * len + i];
+    if (scale != 1.0)
+      for (int64_t i = 0; i < len; ++i) o[i] *= T(scale);
+  };
+  if (out.dtype() == DType::f64)
+    loop(static_cast<double*>(nullptr));
+  else
+    loop(static_cast<float*>(nullptr));
+}
+
 // The phases of a floating-point sum reduce-scatter of `in` (n chunks of `chunk` elements) into
 // `out` (chunk elements): an all-to-all that brings chunk r of every rank to rank r, then their
 // sum in rank order on that rank, times `scale`. The order is fixed, so the bits do not depend
@@ -127,10 +156,7 @@ std::vector<MpiWork::Phase> ordered_reduce_scatter(const Tensor& in, const Tenso
             return std::vector<MPI_Request>{r};
           },
           [=] {
-            ops::copy_(flat_out, ops::narrow(gathered, 0, 0, chunk));
-            for (int j = 1; j < n; ++j)
-              ops::add_(flat_out, ops::narrow(gathered, 0, int64_t(j) * chunk, chunk));
-            if (scale != 1.0) ops::mul_(flat_out, scale);
+            sum_in_rank_order(gathered, n, chunk, flat_out, scale);
             return std::vector<MPI_Request>{};
           }};
 }
@@ -248,9 +274,31 @@ std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const Tensor& x, CommOp op)
         }},
         describe, options_, std::vector<Tensor>{x});
   }
-  // Sum (or avg) of floats: reduce-scatter into chunks, scale the own chunk, gather, so every
-  // rank receives the same bits. x itself is the buffer when n divides it (x is contiguous);
-  // otherwise a copy padded to a multiple of n.
+  // Sum (or avg) of floats, every element summed in rank order so that every rank receives the
+  // same bits. Up to 64 KiB: one all-gather of every rank's x, then each rank sums the n
+  // copies (one collective, the latency floor; the same order as below, so the same bits).
+  constexpr int64_t kGatherAllBytes = 64 << 10;
+  if (x.nbytes() <= int64_t(kGatherAllBytes)) {
+    const int64_t len = x.numel();
+    const Tensor flat = ops::reshape(x, {len}), all = empty({len * n}, x.dtype());
+    return std::make_shared<MpiWork>(
+        std::vector<MpiWork::Phase>{[=] {
+                                      MPI_Request r;
+                                      check_mpi(
+                                          MPI_Iallgather(flat.data_ptr(), int(len), type,
+                                                         all.data_ptr(), int(len), type, comm, &r),
+                                          "MPI_Iallgather");
+                                      return std::vector<MPI_Request>{r};
+                                    },
+                                    [=] {
+                                      sum_in_rank_order(all, n, len, flat, scale);
+                                      return std::vector<MPI_Request>{};
+                                    }},
+        describe, options_, std::vector<Tensor>{x, all});
+  }
+  // Larger: the ordered reduce-scatter into chunks, then an all-gather of the chunks. x itself
+  // is the buffer when n divides it (x is contiguous); otherwise a copy padded to a multiple
+  // of n.
   const int64_t chunk = (x.numel() + n - 1) / n;
   const bool in_place = chunk * n == x.numel();
   Tensor buf = in_place ? ops::reshape(x, {x.numel()}) : zeros({chunk * n}, x.dtype());
