@@ -190,14 +190,9 @@ int usable_cores() {
   return int(std::max(std::thread::hardware_concurrency(), 1u));
 }
 
-// automatic -> spin or yield, the same on every rank: yield when any node runs more ranks than
-// its ranks may use cores. The environment (TESSERA_COMM_WAIT) overrides `requested`'s
-// automatic only. Collective over MPI_COMM_WORLD.
-CommWait resolve_wait(CommWait requested) {
-  if (const char* env = std::getenv("TESSERA_COMM_WAIT");
-      requested == CommWait::automatic && env != nullptr && *env != '\0')
-    requested = parse_comm_wait(env, "TESSERA_COMM_WAIT");
-  if (requested != CommWait::automatic) return requested;
+// Whether any node runs more ranks than its ranks may use cores. Collective over
+// MPI_COMM_WORLD.
+bool any_node_crowded() {
   MPI_Comm node;
   check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
             "MPI_Comm_split_type");
@@ -206,7 +201,20 @@ CommWait resolve_wait(CommWait requested) {
   MPI_Comm_free(&node);
   int crowded = on_node > usable_cores() ? 1 : 0, any = 0;
   check_mpi(MPI_Allreduce(&crowded, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
-  return any != 0 ? CommWait::yield : CommWait::spin;
+  return any != 0;
+}
+
+// automatic -> spin or yield, the same on every rank: yield when any node runs more ranks than
+// its ranks may use cores. The environment (TESSERA_COMM_WAIT) overrides `requested`'s
+// automatic only. The node count is taken once per process, by the first world() that needs
+// it (collective: every rank's first world(), as after MpiSession); later calls reuse it.
+CommWait resolve_wait(CommWait requested) {
+  if (const char* env = std::getenv("TESSERA_COMM_WAIT");
+      requested == CommWait::automatic && env != nullptr && *env != '\0')
+    requested = parse_comm_wait(env, "TESSERA_COMM_WAIT");
+  if (requested != CommWait::automatic) return requested;
+  static const CommWait resolved = any_node_crowded() ? CommWait::yield : CommWait::spin;
+  return resolved;
 }
 
 }  // namespace

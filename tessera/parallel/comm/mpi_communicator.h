@@ -30,7 +30,9 @@ class MpiSession {
 
 class MpiCommunicator final : public Communicator {
  public:
-  // MPI_COMM_WORLD; MPI must be initialised (see MpiSession).
+  // MPI_COMM_WORLD; MPI must be initialised (see MpiSession). With options.wait automatic
+  // (and TESSERA_COMM_WAIT unset) the process's first call is collective: it counts the ranks
+  // on each node to choose spin or yield (CommWait); later calls are not.
   static std::shared_ptr<MpiCommunicator> world(CommOptions options = {});
   ~MpiCommunicator() override;
 
