@@ -85,12 +85,8 @@ int DeviceMesh::rank(std::string_view axis) const {
   return shape_.has(axis) ? coords_[size_t(shape_.index(axis))] : 0;
 }
 
-const std::shared_ptr<Communicator>& DeviceMesh::group_ptr(std::string_view axis) const {
-  return groups_[size_t(shape_.index(axis))];
-}
-
 Communicator& DeviceMesh::group(std::string_view axis) const {
-  return *group_ptr(axis);
+  return *groups_[size_t(shape_.index(axis))];
 }
 
 int DeviceMesh::world_rank(const std::vector<std::pair<std::string, int>>& coordinates) const {

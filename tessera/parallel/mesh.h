@@ -68,7 +68,6 @@ class DeviceMesh {
   // The ranks that share every coordinate but this axis's, ordered by it. Throws naming the
   // axes when there is no such axis.
   Communicator& group(std::string_view axis) const;
-  const std::shared_ptr<Communicator>& group_ptr(std::string_view axis) const;
 
   // Shorthands for the engine's axes.
   int dp_rank() const { return rank("dp"); }
