@@ -11,9 +11,11 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/autograd/checkpoint.h"
 #include "tessera/autograd/functions/attention.h"
 #include "tessera/autograd/functions/elementwise.h"
 #include "tessera/autograd/functions/movement.h"
+#include "tessera/autograd/functions/recomputed_activation.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
 #include "tessera/core/ops/movement.h"
@@ -137,9 +139,25 @@ Tensor MLP::forward(const Tensor& x, bool sequence_sharded) const {
   TESSERA_CHECK(!sequence_sharded || !tp_->is_local(),
                 "MLP: sequence_sharded needs tensor parallelism");
   const Tensor in = tp_->enter_region(x, sequence_sharded);
-  Tensor h = kind_ == MlpKind::gelu ? c_fc_->forward_gelu(in)
-                                    : silu(w_gate_->forward(in)) * w_up_->forward(in);
-  Tensor out = c_proj_->forward(h, sequence_sharded);
+  Tensor out;
+  if (!recompute_activation_) {
+    Tensor h = kind_ == MlpKind::gelu ? c_fc_->forward_gelu(in)
+                                      : silu(w_gate_->forward(in)) * w_up_->forward(in);
+    out = c_proj_->forward(h, sequence_sharded);
+  } else if (kind_ == MlpKind::gelu) {
+    // The plain GEMM, then the GELU inside c_proj: the same bits as linear_gelu on the CPU.
+    const Tensor pre = c_fc_->forward(in);
+    out = c_proj_->forward_product(
+        [&](const Tensor& w, const Tensor& b) { return linear_recomputing_gelu(pre, w, b); },
+        sequence_sharded);
+  } else {
+    const Tensor gate = w_gate_->forward(in), up = w_up_->forward(in);
+    out = c_proj_->forward_product(
+        [&](const Tensor& w, const Tensor& b) {
+          return linear_recomputing_swiglu(gate, up, w, b);
+        },
+        sequence_sharded);
+  }
   return apply_dropout(*dropout_, out, sequence_sharded, tp_.get());
 }
 
@@ -158,7 +176,25 @@ Block::Block(const LayerContext& ctx) : tp_(or_local(ctx.tp)) {
   mlp_ = register_module("mlp", std::make_shared<MLP>(ctx.child("mlp")));
 }
 
+void Block::set_recompute(RecomputeMode mode) {
+  recompute_ = mode;
+  mlp_->set_recompute_activation(mode == RecomputeMode::selective);
+}
+
 Tensor Block::forward(const Tensor& x, LayerKV* kv, int64_t pos) const {
+  if (recompute_ != RecomputeMode::full || kv != nullptr || !is_grad_enabled())
+    return forward_body(x, kv, pos);
+  // Dropout masks are keyed by (seed, step, layer, site, element), so the recompute draws the
+  // same ones; the tensor-parallel regions inside run their collectives again, in the same
+  // order on every rank.
+  return autograd::checkpoint(
+      [this](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{forward_body(in[0], nullptr, 0)};
+      },
+      {x})[0];
+}
+
+Tensor Block::forward_body(const Tensor& x, LayerKV* kv, int64_t pos) const {
   const bool sharded = sequence_sharded(tp_, kv);
   Tensor h = x + attn_->forward(ln_1_->forward(x, sharded), kv, pos);
   return h + mlp_->forward(ln_2_->forward(h, sharded), sharded);

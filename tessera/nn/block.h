@@ -26,6 +26,7 @@
 #include "tessera/nn/init.h"
 #include "tessera/nn/layers.h"
 #include "tessera/nn/module.h"
+#include "tessera/nn/recompute.h"
 
 namespace tessera::nn {
 
@@ -66,10 +67,14 @@ class MLP : public Module {
   // x [..., C] -> [..., C]. sequence_sharded (tensor parallelism only): x is this rank's
   // sequence shard [B, T / tp, C], and so is the result.
   Tensor forward(const Tensor& x, bool sequence_sharded = false) const;
+  // Whether c_proj saves the activation's input and applies the activation again in backward
+  // (selective recomputation, recompute.h) instead of saving its output.
+  void set_recompute_activation(bool on) { recompute_activation_ = on; }
 
  private:
   std::shared_ptr<TensorParallelOps> tp_;
   MlpKind kind_;
+  bool recompute_activation_ = false;
   std::shared_ptr<Linear> c_fc_, w_gate_, w_up_, c_proj_;
   std::shared_ptr<Dropout> dropout_;
 };
@@ -90,10 +95,19 @@ class Block : public Module {
  public:
   explicit Block(const LayerContext& ctx);
   // See CausalSelfAttention::forward for kv and pos.
+  // Under full recomputation a training forward (grad mode on, no cache) keeps only x and
+  // runs again inside backward (autograd/checkpoint.h).
   Tensor forward(const Tensor& x, LayerKV* kv = nullptr, int64_t pos = 0) const;
+  // What this block keeps for backward (recompute.h). full applies to this block; selective
+  // to its MLP.
+  void set_recompute(RecomputeMode mode);
+  RecomputeMode recompute() const { return recompute_; }
 
  private:
+  Tensor forward_body(const Tensor& x, LayerKV* kv, int64_t pos) const;
+
   std::shared_ptr<TensorParallelOps> tp_;
+  RecomputeMode recompute_ = RecomputeMode::none;
   std::shared_ptr<NormLayer> ln_1_, ln_2_;
   std::shared_ptr<CausalSelfAttention> attn_;
   std::shared_ptr<MLP> mlp_;

@@ -226,6 +226,19 @@ Tensor GPT::run_blocks(Tensor x, KVCache* cache, int64_t pos) const {
   return x;
 }
 
+void GPT::set_recompute(const Recompute& recompute) {
+  TESSERA_CHECK(recompute.mode == RecomputeMode::full || recompute.num_layers < 0,
+                "GPT: a recompute layer count (", recompute.num_layers, ") applies to full ",
+                "recomputation only, not ", recompute_mode_name(recompute.mode));
+  TESSERA_CHECK(recompute.num_layers >= -1, "GPT: the recompute layer count must be -1 (all) ",
+                "or at least 0, got ", recompute.num_layers);
+  recompute_ = recompute;
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    blocks_[i]->set_recompute(recompute.mode != RecomputeMode::full ? recompute.mode
+                              : recompute.recomputes_block(int64_t(i)) ? RecomputeMode::full
+                                                                       : RecomputeMode::none);
+}
+
 const Tensor& GPT::head_weight() const {
   return lm_head_ ? lm_head_->weight() : wte_->weight();
 }

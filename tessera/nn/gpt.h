@@ -42,6 +42,7 @@
 #include "tessera/nn/layers.h"
 #include "tessera/nn/model_parallel.h"
 #include "tessera/nn/module.h"
+#include "tessera/nn/recompute.h"
 
 namespace tessera::nn {
 
@@ -133,6 +134,12 @@ class GPT : public Module {
   void set_step(int64_t step) { dropout_->step = step; }
   int64_t step() const { return dropout_->step; }
 
+  // What the blocks keep for backward (recompute.h); none until set. Under full with
+  // num_layers >= 0 the first num_layers blocks of this stage recompute, the rest keep all.
+  // Changes no parameter and no value; only memory and time.
+  void set_recompute(const Recompute& recompute);
+  const Recompute& recompute() const { return recompute_; }
+
   // The parameter count of `config` without building it (GPT-2 d48 is 6 GB in f32).
   static int64_t count_parameters(const GPTConfig& config);
 
@@ -156,6 +163,7 @@ class GPT : public Module {
   std::shared_ptr<TensorParallelOps> tp_;  // parallel_.tp, or the local one: never null
   int64_t vocab_rows_, first_layer_;
   std::shared_ptr<DropoutState> dropout_;
+  Recompute recompute_;
   std::shared_ptr<Embedding> wte_, wpe_;
   std::shared_ptr<Dropout> drop_;
   std::vector<std::shared_ptr<Block>> blocks_;

@@ -53,10 +53,17 @@ Tensor Linear::forward(const Tensor& x) const {
 }
 
 Tensor Linear::forward(const Tensor& x, bool sequence_sharded) const {
+  return forward_product(
+      [&](const Tensor& w, const Tensor& b) { return linear(x, w, b); }, sequence_sharded);
+}
+
+Tensor Linear::forward_product(
+    const std::function<Tensor(const Tensor& weight, const Tensor& bias)>& product,
+    bool sequence_sharded) const {
   TESSERA_CHECK(!sequence_sharded || shard_ == ShardKind::cols,
                 "Linear: only a row-parallel layer takes sequence_sharded");
-  if (shard_ != ShardKind::cols) return linear(x, weight_, bias_);
-  Tensor y = tp_->exit_region(linear(x, weight_), sequence_sharded);
+  if (shard_ != ShardKind::cols) return product(weight_, bias_);
+  Tensor y = tp_->exit_region(product(weight_, Tensor()), sequence_sharded);
   if (!bias_.defined()) return y;
   // Under sequence parallelism each rank adds the bias to its shard only: sum the gradients.
   return y + (sequence_sharded ? tp_->copy_to_region(bias_) : bias_);

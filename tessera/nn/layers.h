@@ -9,6 +9,7 @@
 // in the full, unsharded activation.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -43,6 +44,13 @@ class Linear : public Module {
   // two ops on the CPU. A column-parallel layer applies it to its own output slice; a
   // row-parallel one runs the two ops, since its GELU must follow the reduction.
   Tensor forward_gelu(const Tensor& x) const;
+  // forward(x, sequence_sharded) with the local product x W^T (+ b) formed by
+  // product(weight, bias), for a product that is not a plain linear() (the recomputing linears
+  // of autograd/functions/recomputed_activation.h). bias is undefined where this layer adds
+  // its bias after the reduction (row-parallel).
+  Tensor forward_product(
+      const std::function<Tensor(const Tensor& weight, const Tensor& bias)>& product,
+      bool sequence_sharded = false) const;
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }  // undefined without bias
 
