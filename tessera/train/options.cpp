@@ -56,6 +56,8 @@ void for_each_field(Options& o, F&& f) {
   f("schedule", o.schedule);
   f("virtual_stages", o.virtual_stages);
   f("sequence_parallel", o.sequence_parallel);
+  f("recompute", o.recompute);
+  f("recompute_layers", o.recompute_layers);
   f("sample_tokens", o.sample_tokens);
   f("sample_prompt", o.sample_prompt);
   f("sample_temperature", o.sample_temperature);
@@ -95,6 +97,10 @@ nn::LossScalerOptions TrainOptions::loss_scaler() const {
   s.init_scale = loss_scale_init;
   s.growth_interval = loss_scale_window;
   return s;
+}
+
+nn::Recompute TrainOptions::recompute_policy() const {
+  return {nn::parse_recompute_mode(recompute), recompute_layers};
 }
 
 nn::LRSchedule TrainOptions::lr_schedule() const {
@@ -149,6 +155,13 @@ void TrainOptions::validate() const {
       schedule == "cosine" || schedule == "wsd" || schedule == "constant"
           ? "; the learning-rate schedule is --lr-schedule"
           : "");
+  TESSERA_CHECK(recompute == "none" || recompute == "selective" || recompute == "full",
+                "train: --recompute must be none, selective or full, got '", recompute, "'");
+  TESSERA_CHECK(recompute_layers >= -1, "train: --recompute-layers must be -1 (every layer) ",
+                "or at least 0, got ", recompute_layers);
+  TESSERA_CHECK(recompute_layers == -1 || recompute == "full", "train: --recompute-layers ",
+                recompute_layers, " counts the layers of full recomputation; --recompute is '",
+                recompute, "'");
   TESSERA_CHECK(resume == "auto" || resume == "never", "train: --resume must be auto or never, ",
                 "got '", resume, "'");
   TESSERA_CHECK(device == "cpu" || device == "cuda" || device == "cuda-sim",

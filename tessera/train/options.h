@@ -12,6 +12,7 @@
 #include "tessera/nn/gpt_config.h"
 #include "tessera/nn/lr_schedule.h"
 #include "tessera/nn/optim/mixed_precision.h"
+#include "tessera/nn/recompute.h"
 
 namespace tessera::train {
 
@@ -77,6 +78,11 @@ struct TrainOptions {
   int64_t virtual_stages = 1;      // V: model chunks per pipeline rank (interleaved)
   bool sequence_parallel = false;  // under tp > 1
 
+  // Activation recomputation (nn/recompute.h): "none", "selective" or "full"; under full,
+  // recompute_layers blocks per pipeline stage (its first ones), -1 for all.
+  std::string recompute = "none";
+  int64_t recompute_layers = -1;
+
   // Samples printed after training.
   int64_t sample_tokens = 0;
   std::string sample_prompt = "\n";
@@ -90,6 +96,7 @@ struct TrainOptions {
   nn::LRSchedule lr_schedule() const;
   nn::Precision precision_policy() const;
   nn::LossScalerOptions loss_scaler() const;
+  nn::Recompute recompute_policy() const;
   // Throws naming the field and value.
   void validate() const;
   nlohmann::json to_json() const;

@@ -66,6 +66,7 @@ parallel::ParallelConfig parallel_config(const TrainOptions& o, const nn::GPTCon
   p.schedule = parallel::parse_schedule_kind(o.schedule);
   p.virtual_stages = int(o.virtual_stages);
   p.sequence_parallel = o.sequence_parallel;
+  p.recompute = o.recompute_policy();
   p.batch_size = o.batch_size * o.grad_accum;
   p.seq_len = o.seq_len;
   p.adamw = adamw_options(o);
@@ -143,6 +144,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<parallel::Communicator> w
     nn::move_to_device(master->state_dict(), device_);
     if (compute) nn::move_to_device(compute->state_dict(), device_);
     (compute ? *compute : *master).set_dropout_seed(o.seed);
+    (compute ? *compute : *master).set_recompute(o.recompute_policy());
     ModuleParts parts;
     parts.master = master;
     parts.compute = compute;
@@ -166,6 +168,9 @@ Trainer::Trainer(ModuleParts parts, TrainOptions options,
     : options_(std::move(options)), world_(std::move(world)) {
   custom_model_ = true;
   init_common();
+  if (options_.recompute != "none")
+    refuse("--recompute ", options_.recompute, " applies to the GPT the trainer builds; a model ",
+           "of the caller's own decides what it keeps for backward (autograd/checkpoint.h)");
   check_module_layout(options_, world_->size(), "a model of the caller's own");
   config_ = options_.model_config();
   engine_ =

@@ -82,6 +82,10 @@ const std::map<std::string, std::string>& flag_help() {
       {"schedule", "pipeline: gpipe, 1f1b or interleaved (with --virtual-stages > 1)"},
       {"virtual_stages", "model chunks per pipeline rank (interleaved 1F1B)"},
       {"sequence_parallel", "shard the activations outside attention and MLP over tp"},
+      {"recompute",
+       "activation recomputation: none, selective (the MLP activation, elementwise) or full "
+       "(whole blocks; see --recompute-layers)"},
+      {"recompute_layers", "full recomputation: blocks per pipeline stage, from its first (-1: all)"},
       {"sample_tokens", "tokens to sample after training (0: none)"},
       {"sample_prompt", "prompt for the samples"},
       {"sample_temperature", "sampling temperature"},

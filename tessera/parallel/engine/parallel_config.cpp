@@ -14,6 +14,9 @@ std::string ParallelConfig::describe() const {
                  mesh.size("pp") > 1 ? schedule_kind_name(schedule) : "no pipeline", " v",
                  virtual_stages, " m", microbatches, sequence_parallel ? ", sequence parallel" : "",
                  ", batch ", batch_size, " x ", seq_len, dtype,
+                 recompute.mode == nn::RecomputeMode::none
+                     ? ""
+                     : str_cat(", recompute ", recompute.describe()),
                  device.is_cpu() ? "" : str_cat(", on ", device.to_string()));
 }
 

@@ -13,6 +13,7 @@
 #include "tessera/nn/lr_schedule.h"
 #include "tessera/nn/optim/adamw.h"
 #include "tessera/nn/optim/mixed_precision.h"
+#include "tessera/nn/recompute.h"
 #include "tessera/parallel/mesh.h"
 #include "tessera/parallel/pipeline/schedule.h"
 
@@ -25,6 +26,7 @@ struct ParallelConfig {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;  // gpipe | 1f1b | interleaved
   int virtual_stages = 1;                             // V: model chunks per pipeline rank
   bool sequence_parallel = false;                     // under tp > 1
+  nn::Recompute recompute;                            // what blocks keep for backward
   int64_t batch_size = 8;                             // B: global sequences per step
   int64_t seq_len = 8;                                // T
   nn::AdamWOptions adamw;                             // adamw.lr is replaced by lr_schedule

@@ -59,6 +59,7 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
                                    mesh_->pp_rank(), c);
     mp.hooks = hooks_;
     auto chunk = std::make_shared<nn::GPT>(model_, DType::f32, mp);
+    chunk->set_recompute(config_.recompute);
     nn::move_to_device(chunk->state_dict(), config_.device);
     for (const auto& [name, p] : chunk->named_parameters()) {
       params.emplace_back(name, p);
@@ -68,6 +69,7 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
       // Its parameters are always whole (rounded from the master), so it needs no ZeRO-3 hooks.
       mp.hooks = nullptr;
       auto c16 = std::make_shared<nn::GPT>(model_, nn::compute_dtype(config_.precision), mp);
+      c16->set_recompute(config_.recompute);
       nn::move_to_device(c16->state_dict(), config_.device);
       for (const auto& [name, p] : c16->named_parameters()) compute_params.emplace_back(name, p);
       compute.push_back(std::move(c16));
