@@ -56,11 +56,11 @@ int64_t block_activation_bytes(const GPTConfig& c, RecomputeMode mode, int64_t b
   const int64_t local = sequence_parallel ? tokens / tp : tokens;
   if (mode == RecomputeMode::full) return e * local * h;
   const int64_t stats = c.norm == NormKind::layernorm ? 2 : 1;
-  int64_t values = local * h * 2;                      // ln_1's and ln_2's inputs
-  values += tokens * h * 2;                            // the inputs of c_attn and the MLP
-  values += tokens * (heads + 2 * kv) * d;             // qkv
+  int64_t values = local * h * 2;           // ln_1's and ln_2's inputs
+  values += tokens * h * 2;                 // the inputs of c_attn and the MLP
+  values += tokens * (heads + 2 * kv) * d;  // qkv
   if (c.position == PositionKind::rope) values += tokens * (heads + kv) * d;
-  values += tokens * heads * d;                        // attention's output
+  values += tokens * heads * d;  // attention's output
   const int64_t fl = f / tp;
   if (c.mlp == MlpKind::gelu)
     values += tokens * fl * (mode == RecomputeMode::selective ? 1 : 2);

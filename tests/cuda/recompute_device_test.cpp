@@ -53,7 +53,8 @@ TEST(RecomputeDevice, ModesMatchNoneAndSaveLess) {
     SCOPED_TRACE(gelu ? "gpt2" : "llama");
     const DevicePass none = run_on(device, c, {});
     int64_t last = none.saved_bytes;
-    for (const Recompute r : {Recompute{RecomputeMode::selective}, Recompute{RecomputeMode::full}}) {
+    for (const Recompute r :
+         {Recompute{RecomputeMode::selective}, Recompute{RecomputeMode::full}}) {
       const DevicePass got = run_on(device, c, r);
       ASSERT_EQ(got.values.size(), none.values.size());
       if (!(gelu && r.mode == RecomputeMode::selective && tessera::testing::cuda_test_on_gpu())) {
@@ -61,13 +62,13 @@ TEST(RecomputeDevice, ModesMatchNoneAndSaveLess) {
             << r.describe();
       }
       // The blocks' share falls by the formula's difference; the head's is common to both.
-      const int64_t want = c.n_layer * (block_activation_bytes(c, RecomputeMode::none, 2, 16,
-                                                               DType::f32) -
-                                        block_activation_bytes(c, r.mode, 2, 16, DType::f32));
+      const int64_t want =
+          c.n_layer * (block_activation_bytes(c, RecomputeMode::none, 2, 16, DType::f32) -
+                       block_activation_bytes(c, r.mode, 2, 16, DType::f32));
       const int64_t fell = none.saved_bytes - got.saved_bytes;
       std::cout << "[ recompute ] device " << r.describe() << ": " << got.saved_bytes
-                << " B saved (none " << none.saved_bytes << "), fell " << fell
-                << " B, predicted " << want << " B\n";
+                << " B saved (none " << none.saved_bytes << "), fell " << fell << " B, predicted "
+                << want << " B\n";
       // 10%: the bound; the allocator's rounding of each block cancels between the two
       // runs for the tensors both keep (measured on the simulator: exact).
       EXPECT_NEAR(double(fell), double(want), 0.1 * double(want)) << r.describe();

@@ -21,8 +21,8 @@ using testing::token_batch;
 struct Pass {
   std::vector<float> loss;
   std::vector<std::pair<std::string, std::vector<float>>> grads;
-  int64_t saved_bytes = 0;     // live after forward minus live before
-  int64_t backward_peak = 0;   // allocator peak during backward minus live before forward
+  int64_t saved_bytes = 0;    // live after forward minus live before
+  int64_t backward_peak = 0;  // allocator peak during backward minus live before forward
 };
 
 std::vector<float> values(const Tensor& t) {
@@ -151,11 +151,11 @@ TEST(Recompute, ActivationMemoryFallsAsPredicted) {
       const Pass p = run(c, r, B, T);
       int64_t predicted = head_bytes(c, B * T);
       for (int64_t i = 0; i < c.n_layer; ++i)
-        predicted += block_activation_bytes(
-            c, r.recomputes_block(i) ? RecomputeMode::full
-               : r.mode == RecomputeMode::full ? RecomputeMode::none
-                                               : r.mode,
-            B, T, DType::f32);
+        predicted += block_activation_bytes(c,
+                                            r.recomputes_block(i)           ? RecomputeMode::full
+                                            : r.mode == RecomputeMode::full ? RecomputeMode::none
+                                                                            : r.mode,
+                                            B, T, DType::f32);
       const double ratio = double(p.saved_bytes) / double(predicted);
       std::cout << "[ recompute ] " << (mlp == MlpKind::gelu ? "gelu  " : "swiglu") << " "
                 << r.describe() << ": saved " << p.saved_bytes << " B, predicted " << predicted

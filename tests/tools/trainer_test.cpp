@@ -127,6 +127,44 @@ TEST(Trainer, OptionErrorsNameTheField) {
   EXPECT_THROW(o.update_from_json({{"model", {{"n_layers", 2}}}}), Error) << "typo in a model key";
 }
 
+// --recompute changes memory and time only: the logged losses of either engine (AdamW: the
+// layout engine; SGD: the module engine) equal the run without it, bit for bit.
+TEST(Trainer, RecomputeKeepsTheLossesOfNone) {
+  ScratchDir dir;
+  write_corpus_shards(dir);
+  for (const char* optimizer : {"adamw", "sgd"}) {
+    auto losses = [&](const std::string& mode, int64_t layers) {
+      TrainOptions o =
+          tiny_options(dir, std::string(optimizer) + "_" + mode + std::to_string(layers));
+      o.optimizer = optimizer;
+      o.max_steps = 4;
+      o.checkpoint_every = 0;
+      o.recompute = mode;
+      o.recompute_layers = layers;
+      std::ostringstream quiet;
+      Trainer(o).fit(&quiet);
+      std::vector<double> l;
+      for (const nlohmann::json& m : read_metrics(o.run_dir)) l.push_back(m["loss"].get<double>());
+      return l;
+    };
+    const std::vector<double> none = losses("none", -1);
+    ASSERT_EQ(none.size(), 4u);
+    EXPECT_EQ(losses("selective", -1), none) << optimizer;
+    EXPECT_EQ(losses("full", 1), none) << optimizer;
+  }
+}
+
+TEST(Trainer, RecomputeFlagsAreChecked) {
+  ScratchDir dir;
+  using tessera::testing::error_of;
+  TrainOptions o = tiny_options(dir, "run");
+  o.recompute = "some";
+  EXPECT_NE(error_of([&] { o.validate(); }).find("--recompute must be"), std::string::npos);
+  o.recompute = "selective";
+  o.recompute_layers = 1;
+  EXPECT_NE(error_of([&] { o.validate(); }).find("--recompute-layers 1"), std::string::npos);
+}
+
 TEST(Metrics, TruncateDropsLaterAndTornLines) {
   ScratchDir dir;
   std::string path = dir / "m.jsonl";

@@ -24,8 +24,8 @@ struct LinearGrads {
 };
 
 // linear()'s backward for a [..., in] input a that needs its gradient.
-LinearGrads linear_grads(const Node& node, const Tensor& a, const Tensor& weight,
-                         const Tensor& g, size_t weight_input) {
+LinearGrads linear_grads(const Node& node, const Tensor& a, const Tensor& weight, const Tensor& g,
+                         size_t weight_input) {
   LinearGrads r;
   r.ga = ops::matmul(g, weight, false, false);
   if (node.needs_input_grad(weight_input)) {
