@@ -267,8 +267,45 @@ void BM_TrainStepPhases(benchmark::State& state) {
   report(state, w, loss, (forward + backward + optimizer) / 1e3);
 }
 
+// The step under --recompute none (0), selective (1) and full (2): its time, and the bytes
+// the forward pass leaves saved for backward (act_MiB: live after the forward minus before)
+// and the allocator's peak above the pre-forward level during backward, the recompute's
+// transient included (bwd_peak_MiB). Compare the rows of one run: time / none's time is the
+// recompute's cost, act_MiB / none's the memory it saves. The FLOP counters stay nanoGPT's
+// (the model's work, not the recomputed extra), so MFU falls by the recompute's cost.
+void BM_TrainStepRecompute(benchmark::State& state) {
+  Workload& w = workload();
+  const auto mode = nn::RecomputeMode(state.range(0));
+  w.net().set_recompute({mode});
+  Allocator& alloc = allocator_for(w.device);
+  float loss = 0;
+  if (!warm_up(state, [&] { w.step(), loss = w.step(); })) return;
+  int64_t saved = 0, peak = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    w.optimizer->zero_grad();  // frees last step's gradients before the level is read
+    const int64_t before = alloc.stats().live_bytes;
+    Tensor l = w.forward(&loss);
+    saved = alloc.stats().live_bytes - before;
+    alloc.reset_peak();
+    w.backward(l);
+    l = Tensor();
+    peak = alloc.stats().peak_bytes - before;
+    w.update();
+    w.synchronize();
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  w.net().set_recompute({});
+  report(state, w, loss, seconds);
+  state.SetLabel(nn::recompute_mode_name(mode));
+  state.counters["act_MiB"] = double(saved) / (1024.0 * 1024.0);
+  state.counters["bwd_peak_MiB"] = double(peak) / (1024.0 * 1024.0);
+}
+
 BENCHMARK(BM_TrainStep)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_TrainStepPhases)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_TrainStepRecompute)->DenseRange(0, 2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Takes this benchmark's flags out of argv (the rest go to Google Benchmark); false, with a
 // message, for a flag without its value or a malformed number.
