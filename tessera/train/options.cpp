@@ -56,6 +56,7 @@ void for_each_field(Options& o, F&& f) {
   f("schedule", o.schedule);
   f("virtual_stages", o.virtual_stages);
   f("sequence_parallel", o.sequence_parallel);
+  f("bucket_mb", o.bucket_mb);
   f("recompute", o.recompute);
   f("recompute_layers", o.recompute_layers);
   f("sample_tokens", o.sample_tokens);
@@ -155,6 +156,8 @@ void TrainOptions::validate() const {
       schedule == "cosine" || schedule == "wsd" || schedule == "constant"
           ? "; the learning-rate schedule is --lr-schedule"
           : "");
+  TESSERA_CHECK(std::isfinite(bucket_mb) && bucket_mb >= 0,
+                "train: --bucket-mb must be >= 0 (0: one bucket per layer), got ", bucket_mb);
   TESSERA_CHECK(recompute == "none" || recompute == "selective" || recompute == "full",
                 "train: --recompute must be none, selective or full, got '", recompute, "'");
   TESSERA_CHECK(recompute_layers >= -1, "train: --recompute-layers must be -1 (every layer) ",

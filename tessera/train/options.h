@@ -77,6 +77,7 @@ struct TrainOptions {
   std::string schedule = "1f1b";   // pipeline: "gpipe", "1f1b" or "interleaved" (pp > 1)
   int64_t virtual_stages = 1;      // V: model chunks per pipeline rank (interleaved)
   bool sequence_parallel = false;  // under tp > 1
+  double bucket_mb = 0;            // DP gradient buckets (ZeRO 0-2); 0: one per layer
 
   // Activation recomputation (nn/recompute.h): "none", "selective" or "full"; under full,
   // recompute_layers blocks per pipeline stage (its first ones), -1 for all.

@@ -36,6 +36,7 @@ void refuse_layout_flags_on_one_process(const TrainOptions& o) {
                      : o.schedule != "1f1b"  ? "--schedule"
                      : o.virtual_stages != 1 ? "--virtual-stages"
                      : o.sequence_parallel   ? "--sequence-parallel"
+                     : o.bucket_mb > 0       ? "--bucket-mb"
                                              : nullptr;
   if (flag != nullptr)
     refuse(flag, " applies to a parallel layout (--dp/--tp/--pp under mpiexec); this run is one ",
@@ -67,6 +68,7 @@ parallel::ParallelConfig parallel_config(const TrainOptions& o, const nn::GPTCon
   p.virtual_stages = int(o.virtual_stages);
   p.sequence_parallel = o.sequence_parallel;
   p.recompute = o.recompute_policy();
+  p.bucket_mb = o.bucket_mb;
   p.batch_size = o.batch_size * o.grad_accum;
   p.seq_len = o.seq_len;
   p.adamw = adamw_options(o);
@@ -116,6 +118,9 @@ void check_module_layout(const TrainOptions& o, int world_size, const char* why)
            " --zero ", o.zero,
            " need the GPT's parallel hooks and the sharded AdamW "
            "(--optimizer adamw)");
+  if (o.bucket_mb > 0)
+    refuse("--bucket-mb sizes the gradient buckets of the layout engine (--optimizer adamw); ",
+           why, " all-reduces each gradient once backward is done");
   if (o.dp != world_size)
     refuse("--dp ", o.dp, " does not match the ", world_size, " ranks (start it as mpiexec -n ",
            o.dp, " tessera train ...)");

@@ -82,6 +82,9 @@ const std::map<std::string, std::string>& flag_help() {
       {"schedule", "pipeline: gpipe, 1f1b or interleaved (with --virtual-stages > 1)"},
       {"virtual_stages", "model chunks per pipeline rank (interleaved 1F1B)"},
       {"sequence_parallel", "shard the activations outside attention and MLP over tp"},
+      {"bucket_mb",
+       "data-parallel gradient buckets of this many MiB, ZeRO 0-2 (0: one bucket per layer, the "
+       "layout every ZeRO stage shares)"},
       {"recompute",
        "activation recomputation: none, selective (the MLP activation, elementwise) or full "
        "(whole blocks; see --recompute-layers)"},

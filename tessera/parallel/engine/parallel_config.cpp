@@ -14,6 +14,7 @@ std::string ParallelConfig::describe() const {
                  mesh.size("pp") > 1 ? schedule_kind_name(schedule) : "no pipeline", " v",
                  virtual_stages, " m", microbatches, sequence_parallel ? ", sequence parallel" : "",
                  ", batch ", batch_size, " x ", seq_len, dtype,
+                 bucket_mb > 0 ? str_cat(", buckets of ", bucket_mb, " MiB") : "",
                  recompute.mode == nn::RecomputeMode::none
                      ? ""
                      : str_cat(", recompute ", recompute.describe()),
@@ -34,6 +35,13 @@ std::string layout_error(const ParallelConfig& c, const nn::GPTConfig& model, in
                    " does not match the ", world_size, " ranks");
   if (c.zero_stage < 0 || c.zero_stage > 3)
     return str_cat("ZeRO stage must be 0, 1, 2 or 3, got ", c.zero_stage);
+  if (!(c.bucket_mb >= 0) || !std::isfinite(c.bucket_mb))
+    return str_cat("bucket size must be >= 0 MiB (0: one bucket per unit), got ", c.bucket_mb);
+  if (c.bucket_mb > 0 && c.zero_stage == 3)
+    return str_cat("bucket size ", c.bucket_mb, " MiB under ZeRO-3: its buckets are its units ",
+                   "(each gathered when the unit runs), so they cannot be sized");
+  if (c.bucket_mb > 0 && c.bucket_mb * double(int64_t(1) << 20) < 4)
+    return str_cat("bucket size ", c.bucket_mb, " MiB is below one fp32 value");
   if (c.virtual_stages > 1 && pp == 1)
     return str_cat("virtual stages V = ", c.virtual_stages,
                    " need a pipeline (pp > 1); with pp = 1 use V = 1");

@@ -27,6 +27,9 @@ struct ParallelConfig {
   int virtual_stages = 1;                             // V: model chunks per pipeline rank
   bool sequence_parallel = false;                     // under tp > 1
   nn::Recompute recompute;                            // what blocks keep for backward
+  // DP gradient buckets of this many MiB (ZeRO 0-2); 0: one bucket per unit (block,
+  // embedding, head), the layout every ZeRO stage shares.
+  double bucket_mb = 0;
   int64_t batch_size = 8;                             // B: global sequences per step
   int64_t seq_len = 8;                                // T
   nn::AdamWOptions adamw;                             // adamw.lr is replaced by lr_schedule

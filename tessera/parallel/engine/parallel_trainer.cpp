@@ -86,8 +86,14 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
 
   DataParallelConfig dc;
   dc.zero_stage = config_.zero_stage;
-  // Unit buckets at every stage: ZeRO 0-3 then share one layout and one reduction order.
-  dc.units = gpt_units(params);
+  // Unit buckets by default (one per block, the embedding, the head): ZeRO 0-3 then share one
+  // layout and one reduction order, so the stages are bit-identical (layout_exact_test.cpp),
+  // and a GPT-2 124M block is 27 MiB in fp32, about PyTorch DDP's 25 MiB. bucket_mb > 0
+  // packs buckets by size instead (ZeRO 0-2; layout_error refuses it at ZeRO-3).
+  if (config_.bucket_mb > 0)
+    dc.bucket_bytes = int64_t(config_.bucket_mb * double(int64_t(1) << 20));
+  else
+    dc.units = gpt_units(params);
   dc.adamw = config_.adamw;
   dc.adamw.lr = config_.lr_schedule.lr(0);
   dc.max_grad_norm = config_.max_grad_norm;
