@@ -9,11 +9,13 @@
 //              a step's FLOPs for a quarter of the block's activations.
 //   full       a block keeps only its input; its backward runs the block's forward again (one
 //              more forward: about a third more FLOPs per recomputed layer). `num_layers`
-//              blocks per stage (the first ones, as Megatron's --recompute-method block), -1
-//              for all of them; the others keep everything, as under none.
+//              blocks per stage (the first ones, as Megatron's --recompute-method block; per
+//              model chunk under interleaved 1F1B), -1 for all of them; the others keep
+//              everything, as under none.
 //
 // Gradients are bit-identical to `none` on the CPU and the simulated GPU, under every layout
-// (checkpoint.h replays the keyed dropout masks; ZeRO-3 holds a unit's parameters through its
+// (dropout masks are keyed by step, layer and element, so a recompute draws the same ones;
+// ZeRO-3 holds a unit's parameters through its
 // backward, which is where a recomputed block runs). On a real GPU `none` takes its post-GELU
 // from cuBLASLt's GELU epilogue, whose rounding differs from Tessera's GELU kernel, so
 // `selective` there matches `none` to rounding, not bitwise.
