@@ -239,4 +239,23 @@ bad_layout 2 "does not match the 2 ranks" --tp 4
 bad_layout 4 "n_head 2 is not divisible by tp 4" --tp 4
 bad_layout 2 "n_layer 4 is not divisible by pp\*V = 2\*4" --pp 2 --virtual-stages 4 \
   --schedule interleaved --microbatches 2
+bad_layout 2 "bucket size 1 MiB under ZeRO-3" --dp 2 --zero 3 --bucket-mb 1
+
+# --recompute and --bucket-mb change memory and buckets, never the numbers: dp2 ZeRO-3 with
+# full recomputation of 2 layers per stage, and dp2 ZeRO-1 with 0.01 MiB buckets and selective
+# recomputation, log the losses of the same layouts without them, bit for bit. Clipping is off:
+# sized buckets regroup the global norm's partial sums, which moves the clip factor by an ulp.
+for extra in "--zero 3 --recompute full --recompute-layers 2" \
+             "--zero 1 --bucket-mb 0.01 --recompute selective"; do
+  base=$(echo "$extra" | cut -d' ' -f1-2)
+  "$mpiexec" "$np" 2 "$tessera" train "${common[@]}" --dp 2 $base --grad-clip 0 --max-steps 4 \
+    --run-dir "$dir/opt_base" >/dev/null
+  "$mpiexec" "$np" 2 "$tessera" train "${common[@]}" --dp 2 $extra --grad-clip 0 --max-steps 4 \
+    --run-dir "$dir/opt_on" >/dev/null
+  [ "$(losses "$dir/opt_base")" = "$(losses "$dir/opt_on")" ] ||
+    fail "dp2 $extra changed the losses: $(losses "$dir/opt_on" | tr '\n' ' ')"
+  [ "$(losses "$dir/opt_on" | wc -l)" -eq 4 ] || fail "dp2 $extra: expected 4 losses"
+  echo "dp2 $extra: the losses of dp2 $base, bit for bit"
+  rm -rf "$dir/opt_base" "$dir/opt_on"
+done
 echo "train_parallel_test: all passed"
