@@ -52,8 +52,7 @@ void adamw_round_stochastic(const AdamArrays& a, int64_t first, int64_t n,
   }
 }
 
-void adamw_chunk_scalar(const AdamArrays& a, int64_t first, int64_t n,
-                        const AdamCoefficients& c) {
+void adamw_chunk_scalar(const AdamArrays& a, int64_t first, int64_t n, const AdamCoefficients& c) {
   float* p = a.p + first;
   switch (a.grad) {
     case AdamGrad::f32:
