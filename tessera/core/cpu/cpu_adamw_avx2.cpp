@@ -5,9 +5,9 @@
 // a mul into a later add either.
 //
 // Memory bound: 28 bytes per element with an f32 gradient (p, g, m, v read; p, m, v written),
-// also 28 with a bf16/f16 gradient and copy. Per 8 elements the core does 2 divides and a sqrt
-// (about 20 cycles of divider throughput on recent cores), well under the ~60 cycles 224 bytes
-// take at a few GB/s per core, so the loop runs at the memory's pace.
+// also 28 with a bf16/f16 gradient and copy. Per 8 elements the core does 2 divides and a sqrt,
+// some 15-20 cycles of divider throughput on recent cores: about the time 224 bytes take at one
+// core's share of the memory bandwidth, so the loop runs near the memory's pace (bench_adamw).
 //
 // bf16 gradients widen exactly (a shift); f16 ones go through F16C's vcvtph2ps, exact too (an
 // f16 signalling NaN comes out quieted, which the scalar's first multiply does anyway). The
