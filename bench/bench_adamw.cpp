@@ -66,6 +66,21 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// One untimed pass, then the timed ones; records `bytes` per pass as a bandwidth reference.
+template <class Pass>
+void time_reference(benchmark::State& state, const Pass& pass, double bytes, const void* out) {
+  pass();
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pass();
+    seconds += seconds_since(t0);
+    benchmark::DoNotOptimize(out);
+  }
+  best_bandwidth = std::max(best_bandwidth, bytes * double(state.iterations()) / seconds);
+  report_bytes(state, bytes);
+}
+
 void BM_StreamTriad(benchmark::State& state) {
   const bool in_place = state.range(0) == 1;
   const int64_t n = params();
@@ -84,17 +99,7 @@ void BM_StreamTriad(benchmark::State& state) {
       }
     });
   };
-  pass();
-  double seconds = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    pass();
-    seconds += seconds_since(t0);
-    benchmark::DoNotOptimize(pa);
-  }
-  const double bytes = 12.0 * double(n);
-  best_bandwidth = std::max(best_bandwidth, bytes * double(state.iterations()) / seconds);
-  report_bytes(state, bytes);
+  time_reference(state, pass, 12.0 * double(n), pa);
   state.counters["threads"] = omp_get_max_threads();
 }
 
@@ -148,17 +153,7 @@ void BM_StreamAdamPattern(benchmark::State& state) {
       }
     });
   };
-  pass();
-  double seconds = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    pass();
-    seconds += seconds_since(t0);
-    benchmark::DoNotOptimize(p);
-  }
-  const double bytes = 28.0 * double(s.n);
-  best_bandwidth = std::max(best_bandwidth, bytes * double(state.iterations()) / seconds);
-  report_bytes(state, bytes);
+  time_reference(state, pass, 28.0 * double(s.n), p);
   state.counters["threads"] = omp_get_max_threads();
 }
 

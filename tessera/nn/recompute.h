@@ -5,11 +5,12 @@
 //   none       every block keeps what its ops save: 16 h values per token and layer (GELU MLP)
 //   selective  the MLP's activation output (GELU: the 4h post-GELU tensor; SwiGLU: silu(gate),
 //              the product) is not kept: c_proj saves the pre-activation instead and applies
-//              the activation again in its backward. An elementwise pass, no GEMM: about 1% of
-//              a step's FLOPs for a quarter of the block's activations.
+//              the activation again in its backward. An elementwise pass, no GEMM: a quarter
+//              of a GELU block's activations for no measurable time (GPT-2 124M on the CPU:
+//              0.95x none's step, docs/benchmarks.md).
 //   full       a block keeps only its input; its backward runs the block's forward again (one
-//              more forward: about a third more FLOPs per recomputed layer). `num_layers`
-//              blocks per stage (the first ones, as Megatron's --recompute-method block; per
+//              more forward per recomputed layer: 1.28x none's step on GPT-2 124M, CPU).
+//              `num_layers` blocks per stage (the first ones, as Megatron's --recompute-method block; per
 //              model chunk under interleaved 1F1B), -1 for all of them; the others keep
 //              everything, as under none.
 //

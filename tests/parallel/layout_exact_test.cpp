@@ -38,18 +38,7 @@ using testing::LayoutRun;
 
 constexpr int64_t kSteps = 4;
 
-void expect_identical(const LayoutRun& got, const LayoutRun& want, const std::string& what,
-                      bool norms = true) {
-  EXPECT_EQ(got.losses, want.losses) << what;
-  if (norms) {
-    EXPECT_EQ(got.norms, want.norms) << what;
-  }
-  ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
-  for (size_t i = 0; i < got.weights.size(); ++i)
-    EXPECT_TRUE(equal(got.weights[i].second, want.weights[i].second))
-        << what << " " << got.weights[i].first << ": max abs difference "
-        << compare_close(got.weights[i].second, want.weights[i].second, 0, 0).max_abs_error;
-}
+using testing::expect_identical;
 
 ParallelConfig with(MeshShape mesh, int zero, ScheduleKind kind, int v, int m) {
   ParallelConfig p = layout_config(mesh);

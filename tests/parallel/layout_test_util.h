@@ -193,6 +193,20 @@ inline LayoutRun run_layout(const nn::GPTConfig& model, const ParallelConfig& p,
   return r;
 }
 
+// Losses, (optionally) gradient norms and every final weight equal bit for bit.
+inline void expect_identical(const LayoutRun& got, const LayoutRun& want, const std::string& what,
+                             bool norms = true) {
+  EXPECT_EQ(got.losses, want.losses) << what;
+  if (norms) {
+    EXPECT_EQ(got.norms, want.norms) << what;
+  }
+  ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
+  for (size_t i = 0; i < got.weights.size(); ++i)
+    EXPECT_TRUE(equal(got.weights[i].second, want.weights[i].second))
+        << what << " " << got.weights[i].first << ": max abs difference "
+        << compare_close(got.weights[i].second, want.weights[i].second, 0, 0).max_abs_error;
+}
+
 // ||a - b|| / ||b|| over a tensor.
 inline double relative_error(const Tensor& a, const Tensor& b) {
   std::vector<double> x = to_vector<double>(ops::cast(ops::to(a, Device::cpu()), DType::f64));
