@@ -53,6 +53,63 @@ void collectives(Communicator& c) {
   EXPECT_EQ(to_vector<float>(b)[3], float(1000 * (n - 1) + 3));
 }
 
+// Values 1 + k 2^-7 (k < 8) are exact in bf16. Their sum over 2 or 4 ranks is exact in f32 but
+// not in bf16 (4.046875 needs 2^-6 resolution where bf16 has 2^-5 at 4): equality with the
+// double sum shows the chunks were added in f32, not in 16 bits.
+float widening_value(int rank, int64_t i) {
+  return 1.0f + float((rank + i * 3) % 8) / 128.0f;
+}
+
+void widening_reduce_scatter(Communicator& c) {
+  const int r = c.rank(), n = c.size();
+  const int64_t chunk = 9;  // odd: no vector-width luck
+  std::vector<float> v;
+  for (int64_t i = 0; i < chunk * n; ++i) v.push_back(widening_value(r, i));
+  const Tensor in = ops::cast(from_vector<float>(v, {chunk * n}), DType::bf16);
+  for (CommOp op : {CommOp::sum, CommOp::avg}) {
+    Tensor out = empty({chunk}, DType::f32);
+    c.reduce_scatter(in, out, op);
+    const std::vector<float> got = to_vector<float>(out);
+    for (int64_t i = 0; i < chunk; ++i) {
+      double sum = 0;
+      for (int k = 0; k < n; ++k) sum += widening_value(k, r * chunk + i);
+      // avg: the f32 sum times 1/n, exact for n a power of two.
+      EXPECT_EQ(got[size_t(i)], float(op == CommOp::avg ? sum / n : sum)) << comm_op_name(op) << i;
+    }
+  }
+  // max does not widen, and a narrowing pair is refused.
+  EXPECT_THROW(c.reduce_scatter(in, empty({chunk}, DType::f32), CommOp::max), Error);
+  EXPECT_THROW(c.reduce_scatter(ops::cast(in, DType::f32), empty({chunk}, DType::bf16)), Error);
+}
+
+// The traffic counters against the sizes of the calls, with a split child sharing them.
+void traffic(Communicator& c) {
+  const int n = c.size();
+  auto child = c.split(0, c.rank(), "child");
+  c.traffic().reset();
+  Tensor x = zeros({7});
+  c.all_reduce(x);
+  c.reduce_scatter(zeros({4 * n}), empty({4}));
+  child->all_gather(zeros({3}), empty({3 * n}));
+  c.broadcast(zeros({4}), 0);
+  const CommTraffic& t = c.traffic();
+  EXPECT_EQ(&child->traffic(), &t);
+  const int64_t many = n > 1 ? 1 : 0;  // a group of one moves nothing
+  EXPECT_EQ(t.calls(CommKind::all_reduce), many);
+  EXPECT_EQ(t.message_bytes(CommKind::all_reduce), many * 28);
+  EXPECT_EQ(t.wire_bytes(CommKind::all_reduce), many * 2 * (n - 1) * 28 / n);
+  EXPECT_EQ(t.message_bytes(CommKind::reduce_scatter), many * 16 * n);
+  EXPECT_EQ(t.wire_bytes(CommKind::reduce_scatter), many * 16 * (n - 1));
+  EXPECT_EQ(t.message_bytes(CommKind::all_gather), many * 12 * n);
+  EXPECT_EQ(t.wire_bytes(CommKind::all_gather), many * 12 * (n - 1));
+  EXPECT_EQ(t.wire_bytes(CommKind::broadcast), many * 16);
+  EXPECT_EQ(t.total_wire_bytes(), many * (2 * (n - 1) * 28 / n + 28 * (n - 1) + 16));
+  // A bf16 reduce-scatter carries half the bytes.
+  c.traffic().reset();
+  c.reduce_scatter(zeros({4 * n}, DType::bf16), empty({4}));
+  EXPECT_EQ(t.message_bytes(CommKind::reduce_scatter), many * 8 * n);
+}
+
 RANK_TEST(CommunicatorN1, LocalGroupIsIdentity) {
   LocalCommunicator c;
   collectives(c);
@@ -64,6 +121,24 @@ RANK_TEST(CommunicatorN2, CollectivesOverMpi) {
 }
 RANK_TEST(CommunicatorN4, CollectivesOverMpi) {
   collectives(*world());
+}
+
+RANK_TEST(CommunicatorN1, WideningReduceScatterAndTraffic) {
+  LocalCommunicator c;
+  widening_reduce_scatter(c);
+  traffic(c);
+}
+RANK_TEST(CommunicatorN2, WideningReduceScatterSumsInF32) {
+  widening_reduce_scatter(*world());
+}
+RANK_TEST(CommunicatorN4, WideningReduceScatterSumsInF32) {
+  widening_reduce_scatter(*world());
+}
+RANK_TEST(CommunicatorN2, TrafficCountsMessageAndWireBytes) {
+  traffic(*world());
+}
+RANK_TEST(CommunicatorN4, TrafficCountsMessageAndWireBytes) {
+  traffic(*world());
 }
 
 RANK_TEST(CommunicatorN2, SendRecvAndAsyncOverlap) {

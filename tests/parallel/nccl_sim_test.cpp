@@ -142,6 +142,32 @@ TEST(NcclSimN4, SplitGroupsInDeferredMode) {
   c->barrier();
 }
 
+// The widening reduce-scatter on the device: bf16 chunks through grouped sends and receives,
+// summed in f32. Values 1 + k 2^-7 are exact in bf16; their sum over 4 ranks needs 2^-6
+// resolution at 4, which bf16 lacks, so equality with the double sum shows f32 accumulation.
+TEST(NcclSimN4, WideningReduceScatterSumsInF32InDeferredMode) {
+  auto c = world();
+  const int r = c->rank(), n = c->size();
+  ScopedStreamMode deferred(StreamMode::deferred);
+  auto value = [](int rank, int64_t i) { return 1.0f + float((rank + 3 * i) % 8) / 128.0f; };
+  const int64_t chunk = 5;
+  std::vector<float> v;
+  for (int64_t i = 0; i < chunk * n; ++i) v.push_back(value(r, i));
+  const Tensor in = ops::cast(on_device(v), DType::bf16);
+  Tensor out = zeros({chunk}, DType::f32, Device::cuda());
+  c->traffic().reset();
+  c->reduce_scatter(in, out, CommOp::avg);
+  std::vector<float> want;
+  for (int64_t i = 0; i < chunk; ++i) {
+    double sum = 0;
+    for (int k = 0; k < n; ++k) sum += value(k, r * chunk + i);
+    want.push_back(float(sum / n));  // n = 4: the scaling is exact
+  }
+  EXPECT_EQ(host(out), want);
+  EXPECT_EQ(c->traffic().message_bytes(CommKind::reduce_scatter), 2 * chunk * n);
+  c->barrier();
+}
+
 }  // namespace
 }  // namespace tessera::parallel
 

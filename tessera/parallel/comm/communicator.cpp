@@ -36,10 +36,12 @@ CommWait parse_comm_wait(const std::string& value, const std::string& where) {
 }
 
 Communicator::Communicator(std::string name, CommOptions options,
-                           std::shared_ptr<std::atomic<int64_t>> step)
+                           std::shared_ptr<std::atomic<int64_t>> step,
+                           std::shared_ptr<CommTraffic> traffic)
     : name_(std::move(name)),
       options_(options),
-      step_(step ? std::move(step) : std::make_shared<std::atomic<int64_t>>(-1)) {
+      step_(step ? std::move(step) : std::make_shared<std::atomic<int64_t>>(-1)),
+      traffic_(traffic ? std::move(traffic) : std::make_shared<CommTraffic>()) {
   TESSERA_CHECK(options_.timeout_seconds > 0, "communicator ", name_,
                 ": timeout must be positive, got ", options_.timeout_seconds);
 }
@@ -47,6 +49,11 @@ Communicator::Communicator(std::string name, CommOptions options,
 std::string Communicator::describe_call(const char* collective, const Tensor& x) const {
   return str_cat("rank ", rank(), " of group ", name_, " (size ", size(), "), ", collective, " of ",
                  x.describe(), step() >= 0 ? str_cat(", step ", step()) : "");
+}
+
+void Communicator::count(CommKind kind, const Tensor& message) {
+  if (counts_traffic_ && size() > 1 && message.numel() > 0)
+    traffic_->add(kind, int64_t(message.nbytes()), size());
 }
 
 namespace {
@@ -72,6 +79,7 @@ std::shared_ptr<Work> Communicator::all_reduce_async(const Tensor& x, CommOp op)
   TESSERA_CHECK(op != CommOp::avg || is_floating(x.dtype()), "all_reduce avg on group ", name_,
                 ": ", x.describe(), " is not floating");
   if (size() == 1 || x.numel() == 0) return std::make_shared<CompletedWork>();
+  count(CommKind::all_reduce, x);
   return do_all_reduce(x, op);
 }
 
@@ -79,10 +87,14 @@ std::shared_ptr<Work> Communicator::reduce_scatter_async(const Tensor& in, const
                                                          CommOp op) {
   check_tensor(*this, "reduce_scatter", in);
   check_tensor(*this, "reduce_scatter", out);
-  TESSERA_CHECK(in.numel() == out.numel() * size() && in.dtype() == out.dtype() &&
-                    in.device() == out.device(),
-                "reduce_scatter on group ", name_, ": input ", in.describe(), " must hold ", size(),
-                " chunks of the output ", out.describe(), ", in its dtype and on its device");
+  const bool widening = (in.dtype() == DType::bf16 || in.dtype() == DType::f16) &&
+                        out.dtype() == DType::f32 && op != CommOp::max;
+  TESSERA_CHECK(in.numel() == out.numel() * size() &&
+                    (in.dtype() == out.dtype() || widening) && in.device() == out.device(),
+                "reduce_scatter ", comm_op_name(op), " on group ", name_, ": input ",
+                in.describe(), " must hold ", size(), " chunks of the output ", out.describe(),
+                ", in its dtype (or, widening a sum, bf16/f16 into f32) and on its device");
+  count(CommKind::reduce_scatter, in);
   return do_reduce_scatter(in, out, op);
 }
 
@@ -93,6 +105,7 @@ std::shared_ptr<Work> Communicator::all_gather_async(const Tensor& in, const Ten
                     in.device() == out.device(),
                 "all_gather on group ", name_, ": output ", out.describe(), " must hold ", size(),
                 " copies of the input ", in.describe(), ", in its dtype and on its device");
+  count(CommKind::all_gather, out);
   return do_all_gather(in, out);
 }
 
@@ -101,18 +114,21 @@ std::shared_ptr<Work> Communicator::broadcast_async(const Tensor& x, int root) {
   TESSERA_CHECK(root >= 0 && root < size(), "broadcast on group ", name_, ": root ", root,
                 " is outside a group of ", size());
   if (size() == 1 || x.numel() == 0) return std::make_shared<CompletedWork>();
+  count(CommKind::broadcast, x);
   return do_broadcast(x, root);
 }
 
 std::shared_ptr<Work> Communicator::send_async(const Tensor& x, int dst, int tag) {
   check_tensor(*this, "send", x);
   check_peer(*this, "send", dst);
+  count(CommKind::send, x);
   return do_send(x, dst, tag);
 }
 
 std::shared_ptr<Work> Communicator::recv_async(const Tensor& x, int src, int tag) {
   check_tensor(*this, "recv", x);
   check_peer(*this, "recv", src);
+  count(CommKind::recv, x);
   return do_recv(x, src, tag);
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "tessera/core/tensor.h"
+#include "tessera/parallel/comm/traffic.h"
 
 namespace tessera::parallel {
 
@@ -65,6 +66,9 @@ class Communicator {
   // x = op over the group of x, in place. x is contiguous.
   std::shared_ptr<Work> all_reduce_async(const Tensor& x, CommOp op = CommOp::sum);
   // in has size() * n elements; out (n elements) receives this rank's chunk of the reduction.
+  // Widening: a bf16 or f16 `in` may reduce (sum, avg) into an f32 `out`. The 16-bit values
+  // travel, and each rank sums the chunks it receives in f32, in rank order (gradient
+  // compression: half the bytes of an f32 reduce-scatter, without 16-bit partial sums).
   std::shared_ptr<Work> reduce_scatter_async(const Tensor& in, const Tensor& out,
                                              CommOp op = CommOp::sum);
   // in has n elements; out (size() * n) receives every rank's in, in rank order.
@@ -98,9 +102,16 @@ class Communicator {
   int64_t step() const { return step_->load(); }
   const CommOptions& options() const { return options_; }
 
+  // The bytes this rank handed to collectives, shared with every group split from this one
+  // (traffic.h). A wrapper (TimedCommunicator) shows the traffic of the group it wraps.
+  CommTraffic& traffic() const { return *traffic_; }
+  const std::shared_ptr<CommTraffic>& shared_traffic() const { return traffic_; }
+
  protected:
+  // step and traffic: a parent's, for a split (null: this group starts its own).
   Communicator(std::string name, CommOptions options,
-               std::shared_ptr<std::atomic<int64_t>> step = nullptr);
+               std::shared_ptr<std::atomic<int64_t>> step = nullptr,
+               std::shared_ptr<CommTraffic> traffic = nullptr);
 
   // Implementations get validated arguments (defined, contiguous, on a supported device,
   // sizes consistent).
@@ -118,6 +129,12 @@ class Communicator {
   std::string name_;
   CommOptions options_;
   std::shared_ptr<std::atomic<int64_t>> step_;
+  std::shared_ptr<CommTraffic> traffic_;
+  // False for a wrapper whose calls the wrapped group counts already.
+  bool counts_traffic_ = true;
+
+ private:
+  void count(CommKind kind, const Tensor& message);
 };
 
 }  // namespace tessera::parallel

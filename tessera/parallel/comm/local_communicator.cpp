@@ -6,7 +6,7 @@
 namespace tessera::parallel {
 
 std::shared_ptr<Communicator> LocalCommunicator::split(int, int, const std::string& name) {
-  return std::make_shared<LocalCommunicator>(name, options_, step_);
+  return std::make_shared<LocalCommunicator>(name, options_, step_, traffic_);
 }
 
 std::shared_ptr<Work> LocalCommunicator::do_all_reduce(const Tensor&, CommOp) {

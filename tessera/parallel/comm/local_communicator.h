@@ -9,8 +9,9 @@ namespace tessera::parallel {
 class LocalCommunicator final : public Communicator {
  public:
   explicit LocalCommunicator(std::string name = "world", CommOptions options = {},
-                             std::shared_ptr<std::atomic<int64_t>> step = nullptr)
-      : Communicator(std::move(name), options, std::move(step)) {}
+                             std::shared_ptr<std::atomic<int64_t>> step = nullptr,
+                             std::shared_ptr<CommTraffic> traffic = nullptr)
+      : Communicator(std::move(name), options, std::move(step), std::move(traffic)) {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void barrier() override {}

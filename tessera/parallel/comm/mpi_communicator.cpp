@@ -156,7 +156,8 @@ std::vector<MpiWork::Phase> ordered_reduce_scatter(const Tensor& in, const Tenso
             return std::vector<MPI_Request>{r};
           },
           [=] {
-            sum_in_rank_order(gathered, n, chunk, flat_out, scale);
+            // Widening (bf16/f16 chunks into f32): the casts are exact, the sum is in f32.
+            sum_in_rank_order(ops::cast(gathered, out.dtype()), n, chunk, flat_out, scale);
             return std::vector<MPI_Request>{};
           }};
 }
@@ -226,12 +227,15 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::world(CommOptions options) {
                 "tessera::parallel::MpiSession in main() first");
   options.wait = resolve_wait(options.wait);
   return std::shared_ptr<MpiCommunicator>(
-      new MpiCommunicator(MPI_COMM_WORLD, false, "world", options, nullptr));
+      new MpiCommunicator(MPI_COMM_WORLD, false, "world", options, nullptr, nullptr));
 }
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned, std::string name, CommOptions options,
-                                 std::shared_ptr<std::atomic<int64_t>> step)
-    : Communicator(std::move(name), options, std::move(step)), comm_(comm), owned_(owned) {
+                                 std::shared_ptr<std::atomic<int64_t>> step,
+                                 std::shared_ptr<CommTraffic> traffic)
+    : Communicator(std::move(name), options, std::move(step), std::move(traffic)),
+      comm_(comm),
+      owned_(owned) {
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
 }
@@ -245,7 +249,7 @@ MpiCommunicator::~MpiCommunicator() {
 std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
   MPI_Comm child;
   check_mpi(MPI_Comm_split(comm_, color, key, &child), "MPI_Comm_split");
-  return std::shared_ptr<MpiCommunicator>(new MpiCommunicator(child, true, name, options_, step_));
+  return std::shared_ptr<MpiCommunicator>(new MpiCommunicator(child, true, name, options_, step_, traffic_));
 }
 
 void MpiCommunicator::barrier() {
@@ -332,7 +336,9 @@ std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const Tensor& x, CommOp op)
 std::shared_ptr<Work> MpiCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out,
                                                          CommOp op) {
   check_cpu(in, "reduce_scatter");
-  MPI_Datatype type = mpi_type(in, true, "reduce_scatter");
+  // A widening reduce-scatter carries the 16-bit values as bytes and sums them in f32.
+  const bool widening = in.dtype() != out.dtype();
+  MPI_Datatype type = mpi_type(in, !widening, "reduce_scatter");
   MPI_Comm comm = comm_;
   MPI_Op mop = mpi_op(op);
   int count = int(out.numel());
@@ -340,7 +346,7 @@ std::shared_ptr<Work> MpiCommunicator::do_reduce_scatter(const Tensor& in, const
   // Floating sums in rank order (ordered_reduce_scatter); max and integers are exact in any
   // order, so MPI reduces them.
   std::vector<MpiWork::Phase> phases =
-      is_floating(in.dtype()) && op != CommOp::max
+      widening || (is_floating(in.dtype()) && op != CommOp::max)
           ? ordered_reduce_scatter(in, out, count, size_, type, comm, scale)
           : std::vector<MpiWork::Phase>{
                 [=] {

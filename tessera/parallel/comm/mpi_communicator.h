@@ -52,7 +52,8 @@ class MpiCommunicator final : public Communicator {
 
  private:
   MpiCommunicator(MPI_Comm comm, bool owned, std::string name, CommOptions options,
-                  std::shared_ptr<std::atomic<int64_t>> step);
+                  std::shared_ptr<std::atomic<int64_t>> step,
+                  std::shared_ptr<CommTraffic> traffic);
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1;

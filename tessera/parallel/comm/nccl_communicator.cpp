@@ -8,9 +8,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
+#include "tessera/core/ops/elementwise.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/cuda/stream_order.h"
 #include "tessera/parallel/comm/detail/poll_until_done.h"
@@ -163,6 +165,28 @@ class NcclWork final : public Work {
   std::chrono::steady_clock::time_point start_;
 };
 
+// Runs `finish` once, on the host thread that first sees `inner` complete (test or wait):
+// work that follows a collective on the compute stream, such as a widening sum.
+class FinishingWork final : public Work {
+ public:
+  FinishingWork(std::shared_ptr<Work> inner, std::function<void()> finish)
+      : inner_(std::move(inner)), finish_(std::move(finish)) {}
+  bool test() override {
+    if (finish_ && inner_->test()) wait();
+    return !finish_;
+  }
+  void wait() override {
+    if (!finish_) return;
+    inner_->wait();  // orders the compute stream after the collective
+    finish_();
+    finish_ = nullptr;
+  }
+
+ private:
+  std::shared_ptr<Work> inner_;
+  std::function<void()> finish_;
+};
+
 }  // namespace
 
 std::shared_ptr<NcclCommunicator> NcclCommunicator::create(MPI_Comm mpi_comm,
@@ -192,12 +216,13 @@ std::shared_ptr<NcclCommunicator> NcclCommunicator::create(MPI_Comm mpi_comm,
   ncclComm_t comm = nullptr;
   TESSERA_NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
   return std::shared_ptr<NcclCommunicator>(
-      new NcclCommunicator(comm, name, options, wait, nullptr));
+      new NcclCommunicator(comm, name, options, wait, nullptr, nullptr));
 }
 
 NcclCommunicator::NcclCommunicator(ncclComm* comm, std::string name, CommOptions options,
-                                   NcclWait wait, std::shared_ptr<std::atomic<int64_t>> step)
-    : Communicator(std::move(name), options, std::move(step)),
+                                   NcclWait wait, std::shared_ptr<std::atomic<int64_t>> step,
+                                   std::shared_ptr<CommTraffic> traffic)
+    : Communicator(std::move(name), options, std::move(step), std::move(traffic)),
       comm_(comm, [](ncclComm* c) { ncclCommDestroy(c); }),
       wait_(wait) {
   TESSERA_NCCL_CHECK(ncclCommUserRank(comm, &rank_));
@@ -226,7 +251,7 @@ std::shared_ptr<Communicator> NcclCommunicator::split(int color, int key, const 
   ncclComm_t child = nullptr;
   TESSERA_NCCL_CHECK(ncclCommSplit(comm_.get(), color, key, &child, nullptr));
   return std::shared_ptr<NcclCommunicator>(
-      new NcclCommunicator(child, name, options_, wait_, step_));
+      new NcclCommunicator(child, name, options_, wait_, step_, traffic_));
 }
 
 template <class Issue>
@@ -300,6 +325,7 @@ std::shared_ptr<Work> NcclCommunicator::do_reduce_scatter(const Tensor& input, c
                 name_, ": ", input.describe(), " is not floating");
   return on_device("reduce_scatter", {input, output}, {output}, [&](const std::vector<Tensor>& t) {
     const Tensor &in = t[0], &out = t[1];
+    if (in.dtype() != out.dtype()) return widening_reduce_scatter(in, out, op);
     const std::string what =
         describe_call(str_cat("reduce_scatter ", comm_op_name(op)).c_str(), in);
     ncclComm_t comm = comm_.get();
@@ -308,6 +334,43 @@ std::shared_ptr<Work> NcclCommunicator::do_reduce_scatter(const Tensor& input, c
                                            out.data_ptr("reduce_scatter"), size_t(out.numel()),
                                            nccl_type(in.dtype()), nccl_op(op), comm, stream));
     });
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::widening_reduce_scatter(const Tensor& in,
+                                                                const Tensor& out, CommOp op) {
+  const int64_t chunk = out.numel();
+  const Tensor flat_in = ops::reshape(in, {in.numel()});
+  const Tensor parts = empty({chunk * size_}, in.dtype(), in.device());
+  // This rank's own chunk never leaves it: a copy on the compute stream, which launch() orders
+  // before the transfers.
+  ops::copy_(ops::narrow(parts, 0, rank_ * chunk, chunk),
+             ops::narrow(flat_in, 0, rank_ * chunk, chunk));
+  const std::string what =
+      describe_call(str_cat("reduce_scatter ", comm_op_name(op), " (widening)").c_str(), in);
+  ncclComm_t comm = comm_.get();
+  const ncclDataType_t type = nccl_type(in.dtype());
+  const size_t bytes = size_t(chunk) * dtype_size(in.dtype());
+  auto moved = launch(what, {in, parts}, wait_, [&](cudaStream_t stream) {
+    auto* src = static_cast<const char*>(flat_in.data_ptr("reduce_scatter"));
+    auto* dst = static_cast<char*>(parts.data_ptr("reduce_scatter"));
+    TESSERA_NCCL_CHECK(ncclGroupStart());
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      TESSERA_NCCL_CHECK(
+          ncclSend(src + size_t(peer) * bytes, size_t(chunk), type, peer, comm, stream));
+      TESSERA_NCCL_CHECK(
+          ncclRecv(dst + size_t(peer) * bytes, size_t(chunk), type, peer, comm, stream));
+    }
+    TESSERA_NCCL_CHECK(ncclGroupEnd());
+  });
+  const int n = size_;
+  const Tensor flat_out = ops::reshape(out, {chunk});
+  return std::make_shared<FinishingWork>(std::move(moved), [parts, flat_out, chunk, n, op] {
+    const Tensor wide = ops::cast(parts, flat_out.dtype());  // exact
+    ops::copy_(flat_out, ops::narrow(wide, 0, 0, chunk));
+    for (int j = 1; j < n; ++j) ops::add_(flat_out, ops::narrow(wide, 0, int64_t(j) * chunk, chunk));
+    if (op == CommOp::avg) ops::mul_(flat_out, 1.0 / n);
   });
 }
 

@@ -16,6 +16,7 @@
 #include "tessera/core/empty.h"
 #include "tessera/core/error.h"
 #include "tessera/core/ops/elementwise.h"
+#include "tessera/core/ops/movement.h"
 #include "tessera/parallel/comm/detail/poll_until_done.h"
 
 namespace tessera::parallel {
@@ -284,14 +285,15 @@ std::vector<std::shared_ptr<ThreadCommunicator>> ThreadCommunicator::create_worl
   std::vector<std::shared_ptr<ThreadCommunicator>> out;
   for (int r = 0; r < n; ++r)
     out.push_back(std::shared_ptr<ThreadCommunicator>(
-        new ThreadCommunicator(group, r, "world", options, nullptr)));
+        new ThreadCommunicator(group, r, "world", options, nullptr, nullptr)));
   return out;
 }
 
 ThreadCommunicator::ThreadCommunicator(std::shared_ptr<Group> group, int rank, std::string name,
                                        CommOptions options,
-                                       std::shared_ptr<std::atomic<int64_t>> step)
-    : Communicator(std::move(name), options, std::move(step)),
+                                       std::shared_ptr<std::atomic<int64_t>> step,
+                                       std::shared_ptr<CommTraffic> traffic)
+    : Communicator(std::move(name), options, std::move(step), std::move(traffic)),
       group_(std::move(group)),
       rank_(rank) {}
 
@@ -378,7 +380,7 @@ std::shared_ptr<Communicator> ThreadCommunicator::split(int color, int key,
   std::lock_guard<std::mutex> lock(group_->world->mutex);
   auto [child, child_rank] = p->split_result[size_t(rank_)];
   return std::shared_ptr<ThreadCommunicator>(
-      new ThreadCommunicator(child, child_rank, name, options_, step_));
+      new ThreadCommunicator(child, child_rank, name, options_, step_, traffic_));
 }
 
 std::shared_ptr<Work> ThreadCommunicator::do_all_reduce(const Tensor& x, CommOp op) {
@@ -394,9 +396,11 @@ std::shared_ptr<Work> ThreadCommunicator::do_all_reduce(const Tensor& x, CommOp 
 std::shared_ptr<Work> ThreadCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out,
                                                             CommOp op) {
   check_cpu(in, "reduce_scatter");
-  check_reducible(in, "reduce_scatter");
+  // Widening (bf16/f16 into f32): each rank's values are cast exactly, then summed in f32.
+  const bool widening = in.dtype() != out.dtype();
+  if (!widening) check_reducible(in, "reduce_scatter");
   Call c(Kind::reduce_scatter, op);
-  c.in = in;
+  c.in = widening ? ops::cast(in, out.dtype()) : in;
   c.out = out;
   c.signature = signature(str_cat("reduce_scatter ", comm_op_name(op)).c_str(), in);
   return issue(std::move(c), "reduce_scatter", in);

@@ -76,7 +76,8 @@ class ThreadCommunicator final : public Communicator {
 
  private:
   ThreadCommunicator(std::shared_ptr<thread_comm::Group> group, int rank, std::string name,
-                     CommOptions options, std::shared_ptr<std::atomic<int64_t>> step);
+                     CommOptions options, std::shared_ptr<std::atomic<int64_t>> step,
+                     std::shared_ptr<CommTraffic> traffic);
   // Registers this rank's part of the group's next collective; the last rank runs it.
   std::shared_ptr<thread_comm::Pending> issue_pending(thread_comm::Call call);
   std::shared_ptr<Work> issue(thread_comm::Call call, std::string what, const Tensor& shown);

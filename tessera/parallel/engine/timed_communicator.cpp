@@ -36,10 +36,12 @@ class TimedWork final : public Work {
 TimedCommunicator::TimedCommunicator(std::shared_ptr<Communicator> inner,
                                      std::shared_ptr<CommClock> clock)
     : Communicator(inner ? inner->name() : std::string("?"),
-                   inner ? inner->options() : CommOptions{}),
+                   inner ? inner->options() : CommOptions{}, nullptr,
+                   inner ? inner->shared_traffic() : nullptr),
       inner_(std::move(inner)),
       clock_(clock ? std::move(clock) : std::make_shared<CommClock>()) {
   TESSERA_CHECK(inner_ != nullptr, "TimedCommunicator: the wrapped communicator is null");
+  counts_traffic_ = false;  // the wrapped group counts every call forwarded to it
 }
 
 void TimedCommunicator::barrier() {

@@ -82,7 +82,8 @@ class NcclCommunicator final : public Communicator {
  private:
   // Takes ownership of `comm` (ncclCommDestroy when the last user, a Work included, is gone).
   NcclCommunicator(ncclComm* comm, std::string name, CommOptions options, NcclWait wait,
-                   std::shared_ptr<std::atomic<int64_t>> step);
+                   std::shared_ptr<std::atomic<int64_t>> step,
+                   std::shared_ptr<CommTraffic> traffic);
 
   // Queues `issue(stream)` on the communication stream after the compute stream's work so far,
   // and returns the Work that completes after it. `what` is the call as timeout messages name it.
@@ -94,6 +95,11 @@ class NcclCommunicator final : public Communicator {
   template <class Call>
   std::shared_ptr<Work> on_device(const char* collective, const std::vector<Tensor>& tensors,
                                   const std::vector<Tensor>& outputs, Call&& call);
+
+  // A bf16/f16 `in` reduced into an f32 `out` (on the device): the chunks move with grouped
+  // sends and receives (an all-to-all), then this rank sums them in f32, in rank order, on the
+  // compute stream. ncclReduceScatter would add in 16 bits at every hop.
+  std::shared_ptr<Work> widening_reduce_scatter(const Tensor& in, const Tensor& out, CommOp op);
 
   std::shared_ptr<ncclComm> comm_;
   NcclWait wait_;
