@@ -32,6 +32,7 @@ EngineStep LayoutEngine::step(const Tensor& inputs, const Tensor& targets) {
   out.skipped = s.skipped;
   out.seconds = s.seconds;
   out.comm_seconds = s.comm_seconds;
+  out.comm_bytes = s.comm_wire_bytes;
   out.bubble = s.bubble;
   out.memory = s.memory;
   return out;

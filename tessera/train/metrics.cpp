@@ -16,6 +16,7 @@ namespace tessera::train {
 
 nlohmann::json RankMetrics::to_json() const {
   return {{"comm_ms", comm_ms},
+          {"comm_bytes", comm_bytes},
           {"param_bytes", parameter_bytes},
           {"grad_bytes", gradient_bytes},
           {"optim_bytes", optimizer_bytes},

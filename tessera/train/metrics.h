@@ -21,6 +21,7 @@ inline constexpr int64_t kMetricsVersion = 1;
 // in communication this step.
 struct RankMetrics {
   double comm_ms = 0;
+  int64_t comm_bytes = 0;  // sent this step, as a ring sends it (parallel/comm/traffic.h)
   int64_t parameter_bytes = 0;
   int64_t gradient_bytes = 0;
   int64_t optimizer_bytes = 0;

@@ -84,11 +84,13 @@ EngineStep ModuleEngine::step(const Tensor& inputs, const Tensor& targets) {
     // ZeRO 0: every master gradient averaged over the ranks, in parameter order (a parameter
     // no micro-batch reached contributes zeros, so every rank issues the same collectives).
     const Clock::time_point t0 = Clock::now();
+    const int64_t sent_before = world_->traffic().total_wire_bytes();
     for (const auto& [name, p] : parts_.master->named_parameters()) {
       if (!p.grad().defined()) p.set_grad(zeros_like(p));
       world_->all_reduce(p.grad(), parallel::CommOp::avg);
     }
     out.comm_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    out.comm_bytes = world_->traffic().total_wire_bytes() - sent_before;
   }
   const nn::PrecisionStep ps = precision_->step(*parts_.optimizer, config_.max_grad_norm);
   parts_.optimizer->zero_grad();

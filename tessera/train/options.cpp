@@ -57,6 +57,8 @@ void for_each_field(Options& o, F&& f) {
   f("virtual_stages", o.virtual_stages);
   f("sequence_parallel", o.sequence_parallel);
   f("bucket_mb", o.bucket_mb);
+  f("grad_compression", o.grad_compression);
+  f("compression_warmup", o.compression_warmup);
   f("recompute", o.recompute);
   f("recompute_layers", o.recompute_layers);
   f("sample_tokens", o.sample_tokens);
@@ -102,6 +104,13 @@ nn::LossScalerOptions TrainOptions::loss_scaler() const {
 
 nn::Recompute TrainOptions::recompute_policy() const {
   return {nn::parse_recompute_mode(recompute), recompute_layers};
+}
+
+parallel::GradCompression TrainOptions::grad_compression_policy() const {
+  parallel::GradCompression c = parallel::parse_grad_compression(grad_compression,
+                                                                 "train: --grad-compression");
+  c.warmup_steps = compression_warmup;
+  return c;
 }
 
 nn::LRSchedule TrainOptions::lr_schedule() const {
@@ -158,6 +167,12 @@ void TrainOptions::validate() const {
           : "");
   TESSERA_CHECK(std::isfinite(bucket_mb) && bucket_mb >= 0,
                 "train: --bucket-mb must be >= 0 (0: one bucket per layer), got ", bucket_mb);
+  const parallel::GradCompression compression = grad_compression_policy();  // throws if bad
+  TESSERA_CHECK(compression_warmup >= 0, "train: --compression-warmup must be >= 0 steps, got ",
+                compression_warmup);
+  TESSERA_CHECK(compression_warmup == 0 || compression.kind == parallel::CompressionKind::powersgd,
+                "train: --compression-warmup ", compression_warmup, " counts the uncompressed ",
+                "steps before powersgd; --grad-compression is '", grad_compression, "'");
   TESSERA_CHECK(recompute == "none" || recompute == "selective" || recompute == "full",
                 "train: --recompute must be none, selective or full, got '", recompute, "'");
   TESSERA_CHECK(recompute_layers >= -1, "train: --recompute-layers must be -1 (every layer) ",

@@ -13,6 +13,7 @@
 #include "tessera/nn/lr_schedule.h"
 #include "tessera/nn/optim/mixed_precision.h"
 #include "tessera/nn/recompute.h"
+#include "tessera/parallel/data/grad_compression.h"
 
 namespace tessera::train {
 
@@ -78,6 +79,10 @@ struct TrainOptions {
   int64_t virtual_stages = 1;      // V: model chunks per pipeline rank (interleaved)
   bool sequence_parallel = false;  // under tp > 1
   double bucket_mb = 0;            // DP gradient buckets (ZeRO 0-2); 0: one per layer
+  // What the dp reduction sends (parallel/data/grad_compression.h): "none", "bf16" or
+  // "powersgd:R"; compression_warmup uncompressed steps first (powersgd only).
+  std::string grad_compression = "none";
+  int64_t compression_warmup = 0;
 
   // Activation recomputation (nn/recompute.h): "none", "selective" or "full"; under full,
   // recompute_layers blocks per pipeline stage (its first ones), -1 for all.
@@ -98,6 +103,7 @@ struct TrainOptions {
   nn::Precision precision_policy() const;
   nn::LossScalerOptions loss_scaler() const;
   nn::Recompute recompute_policy() const;
+  parallel::GradCompression grad_compression_policy() const;
   // Throws naming the field and value.
   void validate() const;
   nlohmann::json to_json() const;

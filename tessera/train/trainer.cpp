@@ -37,7 +37,8 @@ void refuse_layout_flags_on_one_process(const TrainOptions& o) {
                      : o.virtual_stages != 1 ? "--virtual-stages"
                      : o.sequence_parallel   ? "--sequence-parallel"
                      : o.bucket_mb > 0       ? "--bucket-mb"
-                                             : nullptr;
+                     : o.grad_compression != "none" ? "--grad-compression"
+                                                    : nullptr;
   if (flag != nullptr)
     refuse(flag, " applies to a parallel layout (--dp/--tp/--pp under mpiexec); this run is one ",
            "process (dp 1, tp 1, pp 1), where it cannot apply");
@@ -69,6 +70,7 @@ parallel::ParallelConfig parallel_config(const TrainOptions& o, const nn::GPTCon
   p.sequence_parallel = o.sequence_parallel;
   p.recompute = o.recompute_policy();
   p.bucket_mb = o.bucket_mb;
+  p.grad_compression = o.grad_compression_policy();
   p.batch_size = o.batch_size * o.grad_accum;
   p.seq_len = o.seq_len;
   p.adamw = adamw_options(o);
@@ -121,6 +123,9 @@ void check_module_layout(const TrainOptions& o, int world_size, const char* why)
   if (o.bucket_mb > 0)
     refuse("--bucket-mb sizes the gradient buckets of the layout engine (--optimizer adamw); ",
            why, " all-reduces each gradient once backward is done");
+  if (o.grad_compression != "none")
+    refuse("--grad-compression ", o.grad_compression, " compresses the bucket reductions of the ",
+           "layout engine (--optimizer adamw); ", why, " all-reduces fp32 gradients");
   if (o.dp != world_size)
     refuse("--dp ", o.dp, " does not match the ", world_size, " ranks (start it as mpiexec -n ",
            o.dp, " tessera train ...)");
@@ -267,10 +272,10 @@ data::Batch Trainer::next_rows() {
 }
 
 std::vector<RankMetrics> Trainer::gather_rank_metrics(const EngineStep& s) {
-  constexpr int64_t kFields = 7;
+  constexpr int64_t kFields = 8;
   const AllocatorStats device = allocator_for(device_).stats();
   Tensor mine = from_vector<double>(
-      {s.comm_seconds * 1e3, double(s.memory.parameters), double(s.memory.gradients),
+      {s.comm_seconds * 1e3, double(s.comm_bytes), double(s.memory.parameters), double(s.memory.gradients),
        double(s.memory.optimizer_state), double(s.memory.activations), double(device.live_bytes),
        double(device.peak_bytes)},
       Shape{kFields});
@@ -281,7 +286,7 @@ std::vector<RankMetrics> Trainer::gather_rank_metrics(const EngineStep& s) {
   for (size_t r = 0; r < ranks.size(); ++r) {
     const double* f = v.data() + r * kFields;
     ranks[r] = {f[0],          int64_t(f[1]), int64_t(f[2]), int64_t(f[3]),
-                int64_t(f[4]), int64_t(f[5]), int64_t(f[6])};
+                int64_t(f[4]), int64_t(f[5]), int64_t(f[6]), int64_t(f[7])};
   }
   return ranks;
 }

@@ -165,6 +165,29 @@ TEST(Trainer, RecomputeFlagsAreChecked) {
   EXPECT_NE(error_of([&] { o.validate(); }).find("--recompute-layers 1"), std::string::npos);
 }
 
+TEST(Trainer, GradCompressionFlagsAreChecked) {
+  ScratchDir dir;
+  using tessera::testing::error_of;
+  TrainOptions o = tiny_options(dir, "run");
+  o.grad_compression = "fp8";
+  EXPECT_NE(error_of([&] { o.validate(); }).find("is not a gradient compression"),
+            std::string::npos);
+  o.grad_compression = "powersgd:0";
+  EXPECT_NE(error_of([&] { o.validate(); }).find("rank must be an integer in 1..1024"),
+            std::string::npos);
+  o.grad_compression = "bf16";
+  o.compression_warmup = 5;
+  EXPECT_NE(error_of([&] { o.validate(); }).find("--compression-warmup 5 counts the uncompressed"),
+            std::string::npos);
+  o.grad_compression = "powersgd:4";
+  o.validate();
+  EXPECT_EQ(o.grad_compression_policy().rank, 4);
+  EXPECT_EQ(o.grad_compression_policy().warmup_steps, 5);
+  // One process has no reduction to compress.
+  EXPECT_NE(error_of([&] { Trainer t(o); }).find("--grad-compression applies to a parallel"),
+            std::string::npos);
+}
+
 TEST(Metrics, TruncateDropsLaterAndTornLines) {
   ScratchDir dir;
   std::string path = dir / "m.jsonl";

@@ -85,6 +85,10 @@ const std::map<std::string, std::string>& flag_help() {
       {"bucket_mb",
        "data-parallel gradient buckets of this many MiB, ZeRO 0-2 (0: one bucket per layer, the "
        "layout every ZeRO stage shares)"},
+      {"grad_compression",
+       "what the data-parallel reduction sends: none, bf16 (bf16 on the wire, summed in fp32) "
+       "or powersgd:R (rank-R PowerSGD with error feedback, ZeRO 0-1)"},
+      {"compression_warmup", "powersgd: uncompressed optimizer steps before compressing"},
       {"recompute",
        "activation recomputation: none, selective (the MLP activation, elementwise) or full "
        "(whole blocks; see --recompute-layers)"},

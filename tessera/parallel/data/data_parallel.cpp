@@ -55,6 +55,9 @@ DataParallel::DataParallel(const nn::StateDict& params, Communicator& dp, DataPa
                 "(gpt_units(model.named_parameters()) for nn::GPT)");
   TESSERA_CHECK(config_.tied.empty() || config_.tied_group != nullptr,
                 "DataParallel: tied parameters need the group to sum them over (tied_group)");
+  TESSERA_CHECK(!config_.compression.compressing() || dp_->size() > 1,
+                "DataParallel: gradient compression ", config_.compression.describe(),
+                " on group ", dp_->name(), " of one rank: there is no reduction to compress");
   NoGradGuard no_grad;
   check_same_parameters(params, *dp_);
   // Rank 0's values win, as in PyTorch DDP (keyed init makes them equal anyway).
@@ -71,7 +74,8 @@ DataParallel::DataParallel(const nn::StateDict& params, Communicator& dp, DataPa
   layout_ = std::make_unique<FlatLayout>(params, lo);
   const int stage = config_.zero_stage;
   params_ = std::make_unique<FlatParams>(*layout_, dp_->rank(), stage == 3);
-  reducer_ = std::make_unique<GradReducer>(*layout_, stage, *dp_, config_.tied_group);
+  reducer_ = std::make_unique<GradReducer>(*layout_, stage, *dp_, config_.tied_group,
+                                           config_.compression);
   optimizer_ = std::make_unique<ZeroAdamW>(*layout_, stage, dp_->rank(), config_.adamw);
   if (stage == 3) hooks_ = std::make_shared<Zero3Hooks>(*layout_, *params_, *dp_);
   const int tp_rank = config_.tp != nullptr ? config_.tp->rank() : 0;
@@ -81,6 +85,11 @@ DataParallel::DataParallel(const nn::StateDict& params, Communicator& dp, DataPa
 }
 
 DataParallel::~DataParallel() = default;
+
+void DataParallel::set_sync(bool sync) {
+  reducer_->set_step(optimizer_->step_count());
+  reducer_->set_sync(sync);
+}
 
 void DataParallel::backward(const Tensor& loss, bool sync) {
   set_sync(sync);

@@ -39,6 +39,7 @@
 #include "tessera/parallel/comm/communicator.h"
 #include "tessera/parallel/data/flat_layout.h"
 #include "tessera/parallel/data/flat_params.h"
+#include "tessera/parallel/data/grad_compression.h"
 #include "tessera/parallel/data/grad_norm.h"
 #include "tessera/parallel/data/grad_reducer.h"
 #include "tessera/parallel/data/zero3_hooks.h"
@@ -54,6 +55,9 @@ struct DataParallelConfig {
   std::vector<UnitSpec> units;
   nn::AdamWOptions adamw;
   double max_grad_norm = 0.0;  // global-norm clipping; <= 0 disables it
+  // What the dp reduction sends (grad_compression.h); refused on a group of one and where
+  // grad_compression_error says it does not fit the stage.
+  GradCompression compression;
 
   // Model parallelism around the dp group, for the global norm (grad_norm.h).
   std::function<nn::ParamMeta(const std::string&)> param_meta;  // empty: all replicated
@@ -115,7 +119,7 @@ class DataParallel {
   void backward(const Tensor& loss, bool sync = true);
   // For callers that run backward themselves (a pipeline executor): set_sync before it, and
   // finish() after each backward pass. Collective over dp.
-  void set_sync(bool sync) { reducer_->set_sync(sync); }
+  void set_sync(bool sync);
   void finish();
 
   // The global gradient norm (grad_norm.h) of the reduced gradients. Collective.

@@ -10,13 +10,20 @@
 namespace tessera::parallel {
 
 GradReducer::GradReducer(const FlatLayout& layout, int stage, Communicator& dp,
-                         Communicator* tied_group)
+                         Communicator* tied_group, GradCompression compression)
     : layout_(layout),
       stage_(stage),
       dp_(&dp),
       tied_(tied_group),
       rank_(dp_->rank()),
+      compression_(compression),
       self_(std::make_shared<GradReducer*>(this)) {
+  const std::string unfit = grad_compression_error(compression_, stage_, false);
+  TESSERA_CHECK(unfit.empty(), "GradReducer (group ", dp.name(), "): ", unfit);
+  const bool peers = dp.size() > 1;
+  bf16_ = peers && compression_.kind == CompressionKind::bf16;
+  if (peers && compression_.kind == CompressionKind::powersgd)
+    powersgd_ = std::make_unique<PowerSgd>(layout, compression_.rank, compression_.seed);
   const auto& spaces = layout.spaces();
   const size_t num_buckets = layout.buckets().size();
   const Device device = layout.params().front().tensor.device();
@@ -36,7 +43,9 @@ GradReducer::GradReducer(const FlatLayout& layout, int stage, Communicator& dp,
   shard_written_.assign(num_buckets, false);
   arrived_.assign(num_buckets, 0);
   reduced_.resize(num_buckets);
-  if (stage_ == 0) gather_ = dp.split(0, dp.rank(), dp.name() + ".gather");  // collective
+  wire_.resize(num_buckets);
+  if (stage_ == 0 || powersgd_)
+    gather_ = dp.split(0, dp.rank(), dp.name() + ".gather");  // collective
 
   std::weak_ptr<GradReducer*> weak = self_;
   for (size_t i = 0; i < layout.params().size(); ++i) {
@@ -49,12 +58,18 @@ GradReducer::GradReducer(const FlatLayout& layout, int stage, Communicator& dp,
 GradReducer::~GradReducer() {
   // Reductions still in flight write into buffers this object owns.
   for (Pending& p : pending_) p.work->wait();
+  for (Pending& p : q_pending_) p.work->wait();
   for (auto& w : gathers_) w->wait();
+}
+
+void GradReducer::set_step(int64_t step) {
+  compressing_ = powersgd_ != nullptr && step >= compression_.warmup_steps;
 }
 
 Tensor GradReducer::staging(int b) {
   const auto& k = layout_.buckets()[size_t(b)];
-  const DType dtype = layout_.spaces()[size_t(k.space)].dtype;
+  // bf16 compression stages ZeRO 2/3 gradients in bf16 (what travels; half the memory).
+  const DType dtype = bf16_ ? DType::bf16 : layout_.spaces()[size_t(k.space)].dtype;
   auto& storage = staging_[size_t(b)];
   const bool fresh = storage == nullptr || storage->released();
   if (storage == nullptr) {
@@ -93,6 +108,7 @@ void GradReducer::on_grad(int param) {
 }
 
 void GradReducer::poll() {
+  if (compressing_) return progress_powersgd(false);
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (it->work->test()) {
       complete(*it, true);
@@ -115,6 +131,7 @@ void GradReducer::launch_ready(bool in_backward) {
 }
 
 void GradReducer::launch(int b) {
+  if (compressing_) return launch_powersgd(b);
   // ZeRO 0 on one rank: the full gradient is its own average, and the reduce-scatter and
   // all-gather would only copy it out and back (through a bucket-sized temporary each).
   if (stage_ == 0 && dp_->size() == 1) return;
@@ -125,19 +142,64 @@ void GradReducer::launch(int b) {
   if (stage_ <= 1) {
     in = full_grad(b);
     p.out = stage_ == 0 ? empty(Shape{s}, in.dtype(), in.device()) : shard_grad(b);
+    if (bf16_) in = ops::cast(in, DType::bf16);  // the Work keeps it alive
   } else {
     in = staging(b);
     p.add = shard_written_[size_t(b)];
-    p.out = p.add ? empty(Shape{s}, in.dtype(), in.device()) : shard_grad(b);
+    p.out = p.add ? empty(Shape{s}, DType::f32, in.device()) : shard_grad(b);
     shard_written_[size_t(b)] = true;
   }
   p.work = dp_->reduce_scatter_async(in, p.out, CommOp::avg);
   pending_.push_back(std::move(p));
 }
 
+void GradReducer::launch_powersgd(int b) {
+  Pending p;
+  p.bucket = b;
+  const bool matrices = powersgd_->compresses(b);
+  p.phase = matrices ? Phase::p : Phase::whole;
+  const Tensor x = matrices ? powersgd_->begin(b, full_grad(b)) : full_grad(b);
+  p.work = dp_->all_reduce_async(x, CommOp::avg);
+  pending_.push_back(std::move(p));
+}
+
+void GradReducer::progress_powersgd(bool block) {
+  auto done = [block](Pending& p) {
+    if (block) p.work->wait();
+    return block || p.work->test();
+  };
+  while (!pending_.empty() && done(pending_.front())) {
+    const int b = pending_.front().bucket;
+    if (pending_.front().phase == Phase::p) {
+      Pending q;
+      q.bucket = b;
+      q.phase = Phase::q;
+      q.work = gather_->all_reduce_async(powersgd_->middle(b, full_grad(b)), CommOp::avg);
+      q_pending_.push_back(std::move(q));
+    } else {
+      finish_powersgd_bucket(b);
+    }
+    pending_.erase(pending_.begin());
+  }
+  while (!q_pending_.empty() && done(q_pending_.front())) {
+    const int b = q_pending_.front().bucket;
+    powersgd_->end(b, full_grad(b));
+    finish_powersgd_bucket(b);
+    q_pending_.erase(q_pending_.begin());
+  }
+}
+
+void GradReducer::finish_powersgd_bucket(int b) {
+  if (stage_ == 1) {
+    const int64_t s = layout_.shard_numel(b);
+    ops::copy_(shard_grad(b), ops::narrow(full_grad(b), 0, rank_ * s, s));
+  }
+}
+
 void GradReducer::complete(Pending& p, bool in_backward) {
   if (stage_ == 0) {
-    reduced_[size_t(p.bucket)] = p.out;
+    // bf16: every rank applies the same bf16-rounded average, its own shard included.
+    reduced_[size_t(p.bucket)] = bf16_ ? ops::cast(p.out, DType::bf16) : p.out;
     issue_gathers(in_backward);
     return;
   }
@@ -149,7 +211,12 @@ void GradReducer::issue_gathers(bool in_backward) {
   // In bucket order: a bucket whose reduce-scatter finished early waits for the ones before.
   while (next_gather_ < next_launch_ && reduced_[size_t(next_gather_)].defined()) {
     Tensor shard = std::move(reduced_[size_t(next_gather_)]);  // the Work keeps it alive
-    gathers_.push_back(gather_->all_gather_async(shard, full_grad(next_gather_)));
+    Tensor full = full_grad(next_gather_);
+    if (bf16_) {
+      wire_[size_t(next_gather_)] = empty(Shape{full.numel()}, DType::bf16, full.device());
+      full = wire_[size_t(next_gather_)];
+    }
+    gathers_.push_back(gather_->all_gather_async(shard, full));
     ++next_gather_;
     if (in_backward) ++stats_.gathered_in_backward;
   }
@@ -160,13 +227,22 @@ void GradReducer::finish() {
   const auto& buckets = layout_.buckets();
   const bool reduce = sync_ || stage_ >= 2;
   if (reduce) launch_ready(false);
-  for (Pending& p : pending_) {
-    p.work->wait();
-    complete(p, false);
+  if (compressing_) {
+    progress_powersgd(true);
+  } else {
+    for (Pending& p : pending_) {
+      p.work->wait();
+      complete(p, false);
+    }
+    pending_.clear();
   }
-  pending_.clear();
   for (auto& w : gathers_) w->wait();
   gathers_.clear();
+  for (int b = 0; b < next_gather_; ++b) {
+    if (!wire_[size_t(b)].defined()) continue;
+    ops::copy_(full_grad(b), wire_[size_t(b)]);  // bf16 -> f32, exact
+    wire_[size_t(b)] = Tensor();
+  }
   next_gather_ = 0;
   if (sync_ && tied_ != nullptr) {
     // Tied buckets are sharded identically on every stage that holds a copy, so the reduced
@@ -180,7 +256,8 @@ void GradReducer::finish() {
 
 void GradReducer::zero_grad() {
   NoGradGuard no_grad;
-  TESSERA_CHECK(pending_.empty(), "data parallel: zero_grad while reductions are in flight; ",
+  TESSERA_CHECK(pending_.empty() && q_pending_.empty(),
+                "data parallel: zero_grad while reductions are in flight; ",
                 "call finish() after backward");
   for (const Tensor& t : full_) ops::zero_(t);
   if (stage_ >= 2)
@@ -208,6 +285,7 @@ int64_t GradReducer::held_bytes() const {
   for (const Tensor& t : shards_) bytes += int64_t(t.nbytes());
   for (const auto& s : staging_)
     if (s != nullptr && !s->released()) bytes += int64_t(s->nbytes());
+  if (powersgd_) bytes += powersgd_->held_bytes();
   return bytes;
 }
 

@@ -34,6 +34,15 @@
 //
 // Tied buckets (FlatLayout) are summed over the tied group in finish() on the last micro-batch
 // of a step, after the dp reduction.
+//
+// Compression (grad_compression.h): bf16 sends each bucket as bf16 through the widening
+// reduce-scatter (and, at ZeRO 0, all-gathers bf16 shards, widened in finish()). PowerSGD, on
+// the steps after its warm-up, replaces both halves with its two all-reduces per bucket: the P
+// all-reduce on the dp group as buckets fill, the Q all-reduce on the second communicator once
+// that P is back (noticed while polling from the hooks), each group's calls in bucket order.
+// Its Works complete first-in first-out on each group: MPI's all-reduce issues its second half
+// from test(), so testing a later bucket first could issue halves in a different order on
+// different ranks. Buckets with nothing to compress are all-reduced whole on the dp group.
 
 #include <cstdint>
 #include <memory>
@@ -41,6 +50,8 @@
 
 #include "tessera/parallel/comm/communicator.h"
 #include "tessera/parallel/data/flat_layout.h"
+#include "tessera/parallel/data/grad_compression.h"
+#include "tessera/parallel/data/powersgd.h"
 
 namespace tessera::parallel {
 
@@ -55,7 +66,9 @@ class GradReducer {
   // Registers a post-accumulate hook on every parameter of the layout. Parameters must already
   // sit in flat storage (FlatParams). The communicators must outlive this object. `tied_group` (may
   // be null) sums tied buckets' reduced gradients with their copies on other pipeline stages.
-  GradReducer(const FlatLayout& layout, int stage, Communicator& dp, Communicator* tied_group);
+  // `compression` must fit the stage (grad_compression_error); on a group of one it is a no-op.
+  GradReducer(const FlatLayout& layout, int stage, Communicator& dp, Communicator* tied_group,
+              GradCompression compression = {});
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -63,6 +76,14 @@ class GradReducer {
   // False for the micro-batches before the last of a step (see the header comment).
   void set_sync(bool sync) { sync_ = sync; }
   bool sync() const { return sync_; }
+  // The optimizer step the next reduction belongs to (PowerSGD's warm-up counts these). Set
+  // before each backward pass; constant within a step.
+  void set_step(int64_t step);
+  // Whether this step's reduction runs PowerSGD (after its warm-up).
+  bool compressing() const { return compressing_; }
+  const GradCompression& compression() const { return compression_; }
+  // PowerSGD's state (residuals, Q), or null.
+  const PowerSgd* powersgd() const { return powersgd_.get(); }
   // Call after each backward pass: launches the buckets still waiting and waits for every
   // reduction of this micro-batch. Collective over the dp group.
   void finish();
@@ -79,17 +100,31 @@ class GradReducer {
   int64_t held_bytes() const;
 
  private:
+  // What a Pending's collective is.
+  enum class Phase : uint8_t {
+    scatter,  // the reduce-scatter of a bucket
+    p,        // PowerSGD: the all-reduce of a bucket's P buffer
+    q,        // PowerSGD: the all-reduce of its Q buffer (second communicator)
+    whole,    // PowerSGD step: the all-reduce of a bucket with nothing to compress
+  };
   struct Pending {
     int bucket = 0;
     std::shared_ptr<Work> work;
     Tensor out;        // where the reduce-scatter wrote
     bool add = false;  // out is a temporary to add into the shard (accumulation, ZeRO 2/3)
+    Phase phase = Phase::scatter;
   };
 
   void on_grad(int param);
   void launch_ready(bool in_backward);
   void launch(int b);
+  void launch_powersgd(int b);
   void poll();
+  // PowerSGD steps: completes the P and Q all-reduces first-in first-out, waiting for each when
+  // `block`, else stopping at the first not yet done.
+  void progress_powersgd(bool block);
+  // After a bucket's PowerSGD reduction: ZeRO 1 copies this rank's shard out of the average.
+  void finish_powersgd_bucket(int b);
   void complete(Pending& p, bool in_backward);
   void issue_gathers(bool in_backward);
   Tensor staging(int b);
@@ -108,10 +143,17 @@ class GradReducer {
   std::vector<int> arrived_;                       // per bucket, this micro-batch
   int next_launch_ = 0;
   std::vector<Pending> pending_;
-  std::shared_ptr<Communicator> gather_;  // ZeRO 0: the all-gathers' communicator
+  // ZeRO 0: the all-gathers' communicator; PowerSGD: the Q all-reduces'.
+  std::shared_ptr<Communicator> gather_;
   std::vector<Tensor> reduced_;           // ZeRO 0: per bucket, the reduced shard
   int next_gather_ = 0;                   // ZeRO 0: buckets gathered, in order
   std::vector<std::shared_ptr<Work>> gathers_;
+  std::vector<Tensor> wire_;  // ZeRO 0 bf16: per bucket, the gathered bf16 gradient
+  GradCompression compression_;
+  bool bf16_ = false;  // compression is bf16 (and the group has peers)
+  std::unique_ptr<PowerSgd> powersgd_;
+  bool compressing_ = false;             // this step runs PowerSGD
+  std::vector<Pending> q_pending_;       // PowerSGD: Q all-reduces in flight, in bucket order
   ReduceStats stats_;
   // Hooks outlive this object on the parameters; they hold this weakly.
   std::shared_ptr<GradReducer*> self_;

@@ -15,6 +15,9 @@ std::string ParallelConfig::describe() const {
                  virtual_stages, " m", microbatches, sequence_parallel ? ", sequence parallel" : "",
                  ", batch ", batch_size, " x ", seq_len, dtype,
                  bucket_mb > 0 ? str_cat(", buckets of ", bucket_mb, " MiB") : "",
+                 grad_compression.compressing()
+                     ? str_cat(", compression ", grad_compression.describe())
+                     : "",
                  recompute.mode == nn::RecomputeMode::none
                      ? ""
                      : str_cat(", recompute ", recompute.describe()),
@@ -42,6 +45,13 @@ std::string layout_error(const ParallelConfig& c, const nn::GPTConfig& model, in
                    "(each gathered when the unit runs), so they cannot be sized");
   if (c.bucket_mb > 0 && c.bucket_mb * double(int64_t(1) << 20) < 4)
     return str_cat("bucket size ", c.bucket_mb, " MiB is below one fp32 value");
+  if (c.grad_compression.compressing() && dp == 1)
+    return str_cat("gradient compression ", c.grad_compression.describe(),
+                   " with dp 1: there is no data-parallel reduction to compress");
+  if (const std::string why = grad_compression_error(c.grad_compression, c.zero_stage,
+                                                     c.precision == nn::Precision::fp16);
+      !why.empty())
+    return why;
   if (c.virtual_stages > 1 && pp == 1)
     return str_cat("virtual stages V = ", c.virtual_stages,
                    " need a pipeline (pp > 1); with pp = 1 use V = 1");

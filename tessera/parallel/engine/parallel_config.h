@@ -14,6 +14,7 @@
 #include "tessera/nn/optim/adamw.h"
 #include "tessera/nn/optim/mixed_precision.h"
 #include "tessera/nn/recompute.h"
+#include "tessera/parallel/data/grad_compression.h"
 #include "tessera/parallel/mesh.h"
 #include "tessera/parallel/pipeline/schedule.h"
 
@@ -30,6 +31,8 @@ struct ParallelConfig {
   // DP gradient buckets of this many MiB (ZeRO 0-2); 0: one bucket per unit (block,
   // embedding, head), the layout every ZeRO stage shares.
   double bucket_mb = 0;
+  // What the dp reduction sends: none, bf16 or PowerSGD (grad_compression.h); dp > 1 only.
+  GradCompression grad_compression;
   int64_t batch_size = 8;                             // B: global sequences per step
   int64_t seq_len = 8;                                // T
   nn::AdamWOptions adamw;                             // adamw.lr is replaced by lr_schedule

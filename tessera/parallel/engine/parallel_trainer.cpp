@@ -97,6 +97,7 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
   dc.adamw = config_.adamw;
   dc.adamw.lr = config_.lr_schedule.lr(0);
   dc.max_grad_norm = config_.max_grad_norm;
+  dc.compression = config_.grad_compression;
   dc.param_meta = [this](const std::string& name) { return meta_of(name); };
   dc.tp = &mesh_->tp();
   if (shape.size("pp") > 1) dc.norm_groups = {&mesh_->pp()};
@@ -156,6 +157,7 @@ ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor
   dp_->set_lr(out.lr);
   for (const auto& chunk : stage_->chunks()) chunk->set_step(step_);
 
+  world_->traffic().reset();  // from the target count's all-reduce on
   std::vector<double> weights = micro_batch_weights(
       targets, config_.microbatches, config_.ignore_index, mesh_->dp(), config_.device);
   stage_->begin_step(ops::to(ops::contiguous(inputs), config_.device),
@@ -189,6 +191,8 @@ ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor
   out.memory.gradients = m.gradients;
   out.memory.optimizer_state = m.optimizer_state;
   out.comm_seconds = world_->clock()->seconds();
+  out.comm_wire_bytes = world_->traffic().total_wire_bytes();
+  out.comm_message_bytes = world_->traffic().total_message_bytes();
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   ++step_;
   return out;

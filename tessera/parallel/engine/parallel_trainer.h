@@ -68,6 +68,10 @@ struct ParallelStepStats {
   double lr = 0;
   double seconds = 0;       // wall time of the step on this rank
   double comm_seconds = 0;  // this rank's time blocked in communication (timed_communicator.h)
+  // What this rank sent in the step over every group, in bytes: as a ring sends them (wire)
+  // and as the calls' sizes (message), comm/traffic.h. Compression shows here.
+  int64_t comm_wire_bytes = 0;
+  int64_t comm_message_bytes = 0;
   double bubble = 0;        // the pipeline group's measured idle / busy (executor.h); 0 at pp 1
   RankMemory memory;
 };
