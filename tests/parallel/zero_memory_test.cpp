@@ -1,5 +1,6 @@
 // Per-rank memory at dp = 4: ZeRO >= 1 holds a quarter of stage 0's optimizer state, ZeRO >= 2
-// a quarter of its gradients, ZeRO-3 a quarter of its parameters.
+// a quarter of its gradients, ZeRO-3 a quarter of its parameters, and while the model runs at
+// most its shard plus the units in use plus the prefetch window (one unit more).
 //
 // Measured two ways, between steps (after step() and zero_grad()):
 //  - DataParallel::memory(): the bytes of the buffers it owns, per category. This is the
@@ -31,9 +32,11 @@ struct Measured {
   int64_t live = 0;  // allocator live bytes since before the model existed
   int64_t buckets = 0;
   int64_t largest_two_buckets = 0;  // bytes: the head gathers its own bucket and the embedding
+  int64_t largest_three_buckets = 0;  // and the prefetch window: the next unit's bucket
+  int64_t prefetch_hits = 0;
 };
 
-Measured measure(int stage, Communicator& dp) {
+Measured measure(int stage, Communicator& dp, bool prefetch = true) {
   nn::testing::OneThread one_thread;
   Allocator& alloc = allocator_for(Device::cpu());
   const int64_t live0 = alloc.stats().live_bytes;
@@ -43,9 +46,10 @@ Measured measure(int stage, Communicator& dp) {
     DataParallelConfig c;
     c.zero_stage = stage;
     c.units = gpt_units(model.module->named_parameters());
+    c.zero3_prefetch = prefetch;
     DataParallel ddp(model.module->named_parameters(), dp, c);
     if (ddp.unit_hooks()) model.set_hooks(ddp.unit_hooks());
-    for (int64_t step = 0; step < 2; ++step) {
+    for (int64_t step = 0; step < 3; ++step) {  // the second and third replay a trace
       testing::Batch b = testing::rows(testing::global_batch(step, 8, 8, 64), 2 * dp.rank(), 2);
       ddp.backward(model.loss(b.inputs, b.targets));
       ddp.step();
@@ -58,6 +62,8 @@ Measured measure(int stage, Communicator& dp) {
     for (const auto& b : ddp.layout().buckets()) sizes.push_back(b.numel * 4);
     std::sort(sizes.rbegin(), sizes.rend());
     m.largest_two_buckets = sizes[0] + sizes[1];
+    m.largest_three_buckets = m.largest_two_buckets + sizes[2];
+    m.prefetch_hits = ddp.prefetch_hits();
     model.set_hooks(nullptr);
   }
   return m;
@@ -88,9 +94,20 @@ TEST(ZeroMemoryN4, ShardedStagesHoldAQuarterOfStageZero) {
   EXPECT_EQ(m[2].stats.parameters, base.stats.parameters);
   EXPECT_GT(m[1].stats.gradients, base.stats.gradients);
   // ZeRO-3 holds at most its shard plus the units gathered at once (the tied head reads two
-  // buckets) while the model runs, and frees them after.
-  EXPECT_LE(m[3].stats.parameters_peak, m[3].stats.parameters + base.largest_two_buckets);
+  // buckets) and, with prefetch, the next unit's bucket while the model runs, and frees them
+  // after. Without prefetch the window is one unit smaller.
+  EXPECT_LE(m[3].stats.parameters_peak, m[3].stats.parameters + base.largest_three_buckets);
   EXPECT_GT(m[3].stats.parameters_peak, m[3].stats.parameters);
+  EXPECT_GT(m[3].prefetch_hits, 0);
+  const Measured no_prefetch = measure(3, *world, false);
+  EXPECT_EQ(no_prefetch.prefetch_hits, 0);
+  EXPECT_LE(no_prefetch.stats.parameters_peak,
+            no_prefetch.stats.parameters + base.largest_two_buckets);
+  EXPECT_EQ(no_prefetch.stats.parameters, m[3].stats.parameters);
+  if (world->rank() == 0)
+    std::printf("    zero3 parameter peak: %lld with prefetch, %lld without (%lld prefetched)\n",
+                (long long)m[3].stats.parameters_peak, (long long)no_prefetch.stats.parameters_peak,
+                (long long)m[3].prefetch_hits);
   // Cross-check with the allocator: parameters + gradients + state are everything that stays
   // alive, so the whole footprint shrinks by the same factor.
   for (int s = 0; s <= 3; ++s)

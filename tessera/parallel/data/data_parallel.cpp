@@ -77,7 +77,8 @@ DataParallel::DataParallel(const nn::StateDict& params, Communicator& dp, DataPa
   reducer_ = std::make_unique<GradReducer>(*layout_, stage, *dp_, config_.tied_group,
                                            config_.compression);
   optimizer_ = std::make_unique<ZeroAdamW>(*layout_, stage, dp_->rank(), config_.adamw);
-  if (stage == 3) hooks_ = std::make_shared<Zero3Hooks>(*layout_, *params_, *dp_);
+  if (stage == 3)
+    hooks_ = std::make_shared<Zero3Hooks>(*layout_, *params_, *dp_, config_.zero3_prefetch);
   const int tp_rank = config_.tp != nullptr ? config_.tp->rank() : 0;
   for (const auto& p : layout_->params())
     counted_.push_back(
@@ -141,6 +142,7 @@ StepResult DataParallel::step(double grad_scale) {
   TESSERA_CHECK(std::isfinite(grad_scale) && grad_scale > 0, "DataParallel::step: grad_scale ",
                 "must be finite and positive, got ", grad_scale);
   StepResult r;
+  if (hooks_) hooks_->end_step();  // before the shards change: unused prefetches go
   GradNorm norm = grad_norm();
   r.grad_norm = norm.norm * grad_scale;
   r.finite = norm.finite;

@@ -58,6 +58,8 @@ struct DataParallelConfig {
   // What the dp reduction sends (grad_compression.h); refused on a group of one and where
   // grad_compression_error says it does not fit the stage.
   GradCompression compression;
+  // ZeRO-3: all-gather the next unit while the current one computes (zero3_hooks.h).
+  bool zero3_prefetch = true;
 
   // Model parallelism around the dp group, for the global norm (grad_norm.h).
   std::function<nn::ParamMeta(const std::string&)> param_meta;  // empty: all replicated
@@ -153,6 +155,9 @@ class DataParallel {
   MemoryStats memory() const;
   ReduceStats reduce_stats() const { return reducer_->stats(); }
   int64_t gathers() const { return hooks_ ? hooks_->gathers() : 0; }
+  // ZeRO-3: buckets gathered ahead, and those a unit then used (zero3_hooks.h).
+  int64_t prefetches() const { return hooks_ ? hooks_->prefetches() : 0; }
+  int64_t prefetch_hits() const { return hooks_ ? hooks_->prefetch_hits() : 0; }
 
  private:
   std::vector<Tensor> norm_pieces() const;

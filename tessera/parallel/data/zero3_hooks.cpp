@@ -49,11 +49,15 @@ bool records(const Tensor& x) {
 
 }  // namespace
 
-Zero3Hooks::Zero3Hooks(const FlatLayout& layout, FlatParams& params, Communicator& dp)
+Zero3Hooks::Zero3Hooks(const FlatLayout& layout, FlatParams& params, Communicator& dp,
+                       bool prefetch)
     : layout_(layout),
       params_(params),
       dp_(&dp),
       refs_(layout.buckets().size(), 0),
+      inflight_(layout.buckets().size()),
+      prefetched_(layout.buckets().size(), 0),
+      prefetch_(prefetch),
       open_(layout.units().size()) {
   TESSERA_CHECK(params.sharded(), "Zero3Hooks: the parameters are not sharded");
   TESSERA_CHECK(!layout.units().empty(), "Zero3Hooks: the layout has no units");
@@ -70,13 +74,21 @@ int Zero3Hooks::unit_index(const std::string& unit, const char* hook) const {
 }
 
 void Zero3Hooks::acquire_buckets(const std::vector<int>& buckets) {
-  std::vector<std::shared_ptr<Work>> works;
   for (int b : buckets)
     if (refs_[size_t(b)]++ == 0) {
-      works.push_back(params_.gather_async(b, *dp_));
-      ++gathers_;
+      if (prefetched_[size_t(b)]) {
+        prefetched_[size_t(b)] = 0;  // the unit takes over the prefetch's hold
+        ++prefetch_hits_;
+      } else {
+        inflight_[size_t(b)] = params_.gather_async(b, *dp_);
+        ++gathers_;
+      }
     }
-  for (auto& w : works) w->wait();
+  for (int b : buckets)
+    if (auto& w = inflight_[size_t(b)]) {
+      w->wait();
+      w = nullptr;
+    }
 }
 
 void Zero3Hooks::release_buckets(const std::vector<int>& buckets) {
@@ -87,8 +99,46 @@ void Zero3Hooks::release_buckets(const std::vector<int>& buckets) {
   }
 }
 
-void Zero3Hooks::acquire(int unit) {
+void Zero3Hooks::prefetch(int unit) {
+  for (int b : layout_.units()[size_t(unit)].buckets) {
+    if (refs_[size_t(b)] > 0 || prefetched_[size_t(b)]) continue;
+    inflight_[size_t(b)] = params_.gather_async(b, *dp_);
+    prefetched_[size_t(b)] = 1;
+    ++gathers_;
+    ++prefetches_;
+  }
+}
+
+void Zero3Hooks::poll() {
+  for (auto& w : inflight_)
+    if (w && w->test()) w = nullptr;
+}
+
+void Zero3Hooks::acquire(int unit, bool traced) {
   acquire_buckets(layout_.units()[size_t(unit)].buckets);
+  constexpr size_t kMaxTrace = size_t(1) << 16;  // backward passes without a step stop here
+  if (!traced || recording_.size() >= kMaxTrace) return;
+  recording_.push_back(unit);
+  if (on_trace_ && position_ < trace_.size() && trace_[position_] == unit) {
+    ++position_;
+    if (prefetch_ && position_ < trace_.size()) prefetch(trace_[position_]);
+  } else {
+    on_trace_ = false;
+  }
+}
+
+void Zero3Hooks::end_step() {
+  for (size_t b = 0; b < prefetched_.size(); ++b) {
+    if (!prefetched_[b]) continue;
+    if (inflight_[b]) inflight_[b]->wait();
+    inflight_[b] = nullptr;
+    prefetched_[b] = 0;
+    params_.release(int(b));
+  }
+  trace_ = std::move(recording_);
+  recording_.clear();
+  position_ = 0;
+  on_trace_ = true;
 }
 
 void Zero3Hooks::release(int unit) {
@@ -97,7 +147,7 @@ void Zero3Hooks::release(int unit) {
 
 Tensor Zero3Hooks::before(const std::string& unit, const Tensor& x) {
   const int u = unit_index(unit, "before");
-  acquire(u);
+  acquire(u, is_grad_enabled());
   auto use = std::make_shared<Use>();
   use->unit = u;
   open_[size_t(u)] = use;
@@ -110,6 +160,7 @@ Tensor Zero3Hooks::after(const std::string& unit, const Tensor& x) {
   std::shared_ptr<Use> use = std::move(open_[size_t(u)]);
   TESSERA_CHECK(use != nullptr, "ZeRO-3 after(\"", unit, "\") without a matching before()");
   release(u);
+  poll();
   if (!records(x)) return x;
   return autograd::apply_function(std::make_shared<EndUnit>(weak_from_this(), use), {x})[0];
 }
@@ -125,6 +176,7 @@ void Zero3Hooks::end_backward(const std::shared_ptr<Use>& use) {
   if (!use->held) return;
   release(use->unit);
   use->held = false;
+  poll();
 }
 
 void Zero3Hooks::finish() {

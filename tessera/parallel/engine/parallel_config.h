@@ -33,6 +33,8 @@ struct ParallelConfig {
   double bucket_mb = 0;
   // What the dp reduction sends: none, bf16 or PowerSGD (grad_compression.h); dp > 1 only.
   GradCompression grad_compression;
+  // ZeRO-3: all-gather the next unit while the current one computes (on by default).
+  bool zero3_prefetch = true;
   int64_t batch_size = 8;                             // B: global sequences per step
   int64_t seq_len = 8;                                // T
   nn::AdamWOptions adamw;                             // adamw.lr is replaced by lr_schedule
