@@ -19,8 +19,9 @@
 #   9. on simulated GPUs (--device cuda-sim, the simulated NCCL between the ranks), bf16
 #      dp2 x tp2 tracks one CPU process in bf16 within the bf16 bound of 4., the per-rank device
 #      memory is logged, an interleaved pp2 with validation and SGD dp2 match one process
-#      within 1e-5, and `mpiexec -n 1` equals a plain run bit for bit; a build whose NCCL is
-#      real refuses it in one line.
+#      within 1e-5, bf16 and powersgd:2 compression match the CPU ranks within 1e-5, and
+#      `mpiexec -n 1` equals a plain run bit for bit; a build whose NCCL is real refuses it in
+#      one line.
 # Usage: train_parallel_test.sh <tessera> <mpiexec> <numproc flag> <scratch dir> <nccl kind>
 set -euo pipefail
 tessera=$1 mpiexec=$2 np=$3 dir=$4 nccl=${5:-off}
@@ -212,6 +213,17 @@ if [ "$nccl" = simulated ]; then
   "$mpiexec" "$np" 2 "$tessera" train "${common[@]}" --optimizer sgd --max-steps 4 --dp 2 \
     --device cuda-sim --run-dir "$dir/sim_sgd_dp2" >/dev/null
   compare "SGD dp2 on simulated GPUs" "$dir/sgd_one" "$dir/sim_sgd_dp2"
+  # Compression on simulated GPUs: bf16 through NCCL's grouped sends and the f32 sum kernel,
+  # PowerSGD's GEMMs on the device and its Gram-Schmidt through the host; the same losses as
+  # the CPU ranks within the layouts' 1e-5.
+  for gc in bf16 powersgd:2; do
+    for dev in cpu cuda-sim; do
+      "$mpiexec" "$np" 2 "$tessera" train "${common[@]}" --max-steps 2 --dp 2 --device "$dev" \
+        --grad-compression "$gc" --run-dir "$dir/gc_$dev" >/dev/null
+    done
+    compare "dp2 --grad-compression $gc on simulated GPUs" "$dir/gc_cpu" "$dir/gc_cuda-sim" loss 2
+    rm -rf "$dir/gc_cpu" "$dir/gc_cuda-sim"
+  done
 else
   set +e
   "$mpiexec" "$np" 2 "$tessera" train "${common[@]}" --max-steps 1 --device cuda-sim --dp 2 \
