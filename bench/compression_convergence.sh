@@ -5,7 +5,7 @@
 # validation loss and its change against none, what rank 0 sent per step (comm_bytes, the last
 # logged step) and the median step time. Not part of CI: two ranks of the 1500-step job take
 # about as long as the main job each.
-# Usage: bench/compression_convergence.sh [steps] [setting ...]
+# Usage: [REUSE_NONE=1] bench/compression_convergence.sh [steps] [setting ...]
 #   defaults: 1500 steps; "powersgd:4 --compression-warmup 150" and "bf16"
 # Prepares runs/default-data with tools/main_job.sh --prepare-only when it is missing.
 set -euo pipefail
@@ -29,7 +29,11 @@ last_val() { grep '"val_loss"' "$1/metrics.jsonl" | tail -1 | grep -o '"val_loss
 last_bytes() { tail -1 "$1/metrics.jsonl" | grep -o '"comm_bytes":[0-9]*' | head -1 | cut -d: -f2; }
 median_ms() { grep -o '"ms":[^,}]*' "$1/metrics.jsonl" | cut -d: -f2 | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-run runs/compression/none
+# REUSE_NONE=1 keeps an earlier uncompressed run of the same steps (its losses do not depend
+# on the settings compared).
+if [ -z "${REUSE_NONE:-}" ] || [ ! -f runs/compression/none/metrics.jsonl ]; then
+  run runs/compression/none
+fi
 ref_val=$(last_val runs/compression/none) ref_bytes=$(last_bytes runs/compression/none)
 printf "%-40s %10s %8s %14s %8s %10s\n" setting val_loss change bytes/step vs_none ms/step
 printf "%-40s %10.4f %8s %14d %8s %10.1f\n" none "$ref_val" - "$ref_bytes" 1.000 \

@@ -108,6 +108,9 @@ void error_feedback_and_volume() {
     EXPECT_EQ(world->traffic().message_bytes(CommKind::all_reduce), expected_bytes) << t;
     EXPECT_EQ(world->traffic().calls(CommKind::reduce_scatter), 0) << t;
     EXPECT_EQ(world->traffic().calls(CommKind::all_gather), 0) << t;
+    // One all-reduce in flight per communicator (the P and the Q queues): MPI matches a
+    // group's collectives by issue order, and its all-reduce issues its second half later.
+    EXPECT_EQ(dp.reduce_stats().powersgd_in_flight, 1) << t;
     for (int k = 0; k < 3; ++k) {
       add_into(applied[size_t(k)], as_doubles(params[size_t(k)].second.grad()));
       add_into(raw[size_t(k)], as_doubles(g[size_t(k)]));

@@ -75,7 +75,7 @@ DataParallel::DataParallel(const nn::StateDict& params, Communicator& dp, DataPa
   const int stage = config_.zero_stage;
   params_ = std::make_unique<FlatParams>(*layout_, dp_->rank(), stage == 3);
   reducer_ = std::make_unique<GradReducer>(*layout_, stage, *dp_, config_.tied_group,
-                                           config_.compression);
+                                           config_.compression, config_.overlap);
   optimizer_ = std::make_unique<ZeroAdamW>(*layout_, stage, dp_->rank(), config_.adamw);
   if (stage == 3)
     hooks_ = std::make_shared<Zero3Hooks>(*layout_, *params_, *dp_, config_.zero3_prefetch);

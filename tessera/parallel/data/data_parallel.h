@@ -60,6 +60,9 @@ struct DataParallelConfig {
   GradCompression compression;
   // ZeRO-3: all-gather the next unit while the current one computes (zero3_hooks.h).
   bool zero3_prefetch = true;
+  // Start each bucket's reduction from the backward hooks as it fills; false: all of them
+  // from finish(), after backward (what overlap is measured against).
+  bool overlap = true;
 
   // Model parallelism around the dp group, for the global norm (grad_norm.h).
   std::function<nn::ParamMeta(const std::string&)> param_meta;  // empty: all replicated

@@ -1,5 +1,7 @@
 #include "tessera/parallel/data/grad_reducer.h"
 
+#include <algorithm>
+
 #include "tessera/autograd/engine.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
@@ -10,13 +12,14 @@
 namespace tessera::parallel {
 
 GradReducer::GradReducer(const FlatLayout& layout, int stage, Communicator& dp,
-                         Communicator* tied_group, GradCompression compression)
+                         Communicator* tied_group, GradCompression compression, bool overlap)
     : layout_(layout),
       stage_(stage),
       dp_(&dp),
       tied_(tied_group),
       rank_(dp_->rank()),
       compression_(compression),
+      overlap_(overlap),
       self_(std::make_shared<GradReducer*>(this)) {
   const std::string unfit = grad_compression_error(compression_, stage_, false);
   TESSERA_CHECK(unfit.empty(), "GradReducer (group ", dp.name(), "): ", unfit);
@@ -57,8 +60,10 @@ GradReducer::GradReducer(const FlatLayout& layout, int stage, Communicator& dp,
 
 GradReducer::~GradReducer() {
   // Reductions still in flight write into buffers this object owns.
-  for (Pending& p : pending_) p.work->wait();
-  for (Pending& p : q_pending_) p.work->wait();
+  for (Pending& p : pending_)
+    if (p.work) p.work->wait();
+  for (Pending& p : q_pending_)
+    if (p.work) p.work->wait();
   for (auto& w : gathers_) w->wait();
 }
 
@@ -83,8 +88,21 @@ Tensor GradReducer::staging(int b) {
   return t;
 }
 
+double GradReducer::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - pass_start_).count();
+}
+
+void GradReducer::completed(const Pending& p) {
+  if (p.event < timeline_.events.size()) timeline_.events[p.event].completed = now();
+}
+
 void GradReducer::on_grad(int param) {
   NoGradGuard no_grad;
+  if (!pass_open_) {
+    pass_open_ = true;
+    pass_start_ = std::chrono::steady_clock::now();
+    timeline_ = {};
+  }
   const auto& p = layout_.params()[size_t(param)];
   TESSERA_CHECK(p.bucket >= next_launch_, "data parallel: the gradient of '", p.name,
                 "' arrived after its bucket was reduced in this pass; call finish() after "
@@ -103,6 +121,7 @@ void GradReducer::on_grad(int param) {
     p.tensor.set_grad(Tensor());
   }
   ++arrived_[size_t(p.bucket)];
+  if (!overlap_) return;  // finish() launches everything
   launch_ready(true);
   poll();
 }
@@ -111,6 +130,7 @@ void GradReducer::poll() {
   if (compressing_) return progress_powersgd(false);
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (it->work->test()) {
+      completed(*it);
       complete(*it, true);
       it = pending_.erase(it);
     } else {
@@ -131,6 +151,7 @@ void GradReducer::launch_ready(bool in_backward) {
 }
 
 void GradReducer::launch(int b) {
+  timeline_.events.push_back({b, now(), 0});
   if (compressing_) return launch_powersgd(b);
   // ZeRO 0 on one rank: the full gradient is its own average, and the reduce-scatter and
   // all-gather would only copy it out and back (through a bucket-sized temporary each).
@@ -150,6 +171,7 @@ void GradReducer::launch(int b) {
     shard_written_[size_t(b)] = true;
   }
   p.work = dp_->reduce_scatter_async(in, p.out, CommOp::avg);
+  p.event = timeline_.events.size() - 1;
   pending_.push_back(std::move(p));
 }
 
@@ -158,35 +180,63 @@ void GradReducer::launch_powersgd(int b) {
   p.bucket = b;
   const bool matrices = powersgd_->compresses(b);
   p.phase = matrices ? Phase::p : Phase::whole;
-  const Tensor x = matrices ? powersgd_->begin(b, full_grad(b)) : full_grad(b);
-  p.work = dp_->all_reduce_async(x, CommOp::avg);
+  p.out = matrices ? powersgd_->begin(b, full_grad(b)) : full_grad(b);  // issued in progress
+  p.event = timeline_.events.size() - 1;
   pending_.push_back(std::move(p));
+  progress_powersgd(false);
 }
 
+// One PowerSGD all-reduce in flight per communicator, in bucket order. MPI's all-reduce runs in
+// phases (an all-to-all, then an all-gather issued from a later poll), and MPI matches the
+// collectives of a communicator by the order each rank issues them: with two in flight, one
+// rank could issue the first's all-gather before the second's all-to-all and another after,
+// and the two would exchange the wrong buffers. The P all-reduces (dp group) and the Q
+// all-reduces (second communicator) still overlap each other and the backward pass.
 void GradReducer::progress_powersgd(bool block) {
-  auto done = [block](Pending& p) {
+  auto issue = [this](std::vector<Pending>& queue, Communicator& comm) {
+    Pending& p = queue.front();
+    if (p.work) return;
+    p.work = comm.all_reduce_async(p.out, CommOp::avg);
+    int64_t in_flight = 0;
+    for (const Pending& other : queue) in_flight += other.work != nullptr;
+    stats_.powersgd_in_flight = std::max(stats_.powersgd_in_flight, in_flight);
+  };
+  auto done = [&](std::vector<Pending>& queue, Communicator& comm) {
+    issue(queue, comm);
+    Pending& p = queue.front();
     if (block) p.work->wait();
     return block || p.work->test();
   };
-  while (!pending_.empty() && done(pending_.front())) {
-    const int b = pending_.front().bucket;
-    if (pending_.front().phase == Phase::p) {
-      Pending q;
-      q.bucket = b;
-      q.phase = Phase::q;
-      q.work = gather_->all_reduce_async(powersgd_->middle(b, full_grad(b)), CommOp::avg);
-      q_pending_.push_back(std::move(q));
-    } else {
-      finish_powersgd_bucket(b);
+  for (bool moved = true; moved;) {
+    moved = false;
+    if (!pending_.empty() && done(pending_, *dp_)) {
+      const int b = pending_.front().bucket;
+      if (pending_.front().phase == Phase::p) {
+        Pending q;
+        q.bucket = b;
+        q.phase = Phase::q;
+        q.out = powersgd_->middle(b, full_grad(b));
+        q.event = pending_.front().event;
+        q_pending_.push_back(std::move(q));
+      } else {
+        completed(pending_.front());
+        finish_powersgd_bucket(b);
+      }
+      pending_.erase(pending_.begin());
+      moved = true;
     }
-    pending_.erase(pending_.begin());
+    if (!q_pending_.empty() && done(q_pending_, *gather_)) {
+      const int b = q_pending_.front().bucket;
+      powersgd_->end(b, full_grad(b));
+      completed(q_pending_.front());
+      finish_powersgd_bucket(b);
+      q_pending_.erase(q_pending_.begin());
+      moved = true;
+    }
   }
-  while (!q_pending_.empty() && done(q_pending_.front())) {
-    const int b = q_pending_.front().bucket;
-    powersgd_->end(b, full_grad(b));
-    finish_powersgd_bucket(b);
-    q_pending_.erase(q_pending_.begin());
-  }
+  // Issue what now heads each queue, so that it moves while backward computes.
+  if (!pending_.empty()) issue(pending_, *dp_);
+  if (!q_pending_.empty()) issue(q_pending_, *gather_);
 }
 
 void GradReducer::finish_powersgd_bucket(int b) {
@@ -226,12 +276,18 @@ void GradReducer::finish() {
   NoGradGuard no_grad;
   const auto& buckets = layout_.buckets();
   const bool reduce = sync_ || stage_ >= 2;
+  if (!pass_open_) {  // no gradient arrived in this pass (all frozen): time from here
+    pass_start_ = std::chrono::steady_clock::now();
+    timeline_ = {};
+  }
+  timeline_.finish_start = now();
   if (reduce) launch_ready(false);
   if (compressing_) {
     progress_powersgd(true);
   } else {
     for (Pending& p : pending_) {
       p.work->wait();
+      completed(p);
       complete(p, false);
     }
     pending_.clear();
@@ -252,6 +308,8 @@ void GradReducer::finish() {
   }
   arrived_.assign(buckets.size(), 0);
   next_launch_ = 0;
+  timeline_.finish_end = now();
+  pass_open_ = false;
 }
 
 void GradReducer::zero_grad() {

@@ -40,10 +40,13 @@
 // the steps after its warm-up, replaces both halves with its two all-reduces per bucket: the P
 // all-reduce on the dp group as buckets fill, the Q all-reduce on the second communicator once
 // that P is back (noticed while polling from the hooks), each group's calls in bucket order.
-// Its Works complete first-in first-out on each group: MPI's all-reduce issues its second half
-// from test(), so testing a later bucket first could issue halves in a different order on
-// different ranks. Buckets with nothing to compress are all-reduced whole on the dp group.
+// Each group runs one of these all-reduces at a time, in bucket order: MPI's all-reduce issues
+// its second half from a later test(), and MPI matches a group's collectives by issue order,
+// so two in flight could interleave their halves differently on different ranks (measured: the
+// main job's model at powersgd:16 exchanged wrong buffers and its residual reached 1e18).
+// Buckets with nothing to compress are all-reduced whole on the dp group.
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -59,6 +62,22 @@ struct ReduceStats {
   int64_t launched_in_backward = 0;  // buckets launched from hooks, before backward returned
   int64_t launched_in_finish = 0;    // buckets finish() had to launch
   int64_t gathered_in_backward = 0;  // ZeRO 0: all-gathers issued before backward returned
+  // PowerSGD: the most all-reduces ever in flight at once on one communicator (1 by design:
+  // see progress_powersgd).
+  int64_t powersgd_in_flight = 0;
+};
+
+// When the last backward pass's reductions ran, in seconds from its first gradient: each
+// bucket's launch and the moment its reduction was seen complete (a poll from a gradient hook,
+// or finish()'s wait), next to when backward handed over to finish() and when finish()
+// returned. A bucket completed before `finish_start` was hidden behind backward's compute.
+struct ReduceEvent {
+  int bucket = 0;
+  double launched = 0, completed = 0;
+};
+struct ReduceTimeline {
+  std::vector<ReduceEvent> events;  // in launch order
+  double finish_start = 0, finish_end = 0;
 };
 
 class GradReducer {
@@ -67,8 +86,10 @@ class GradReducer {
   // sit in flat storage (FlatParams). The communicators must outlive this object. `tied_group` (may
   // be null) sums tied buckets' reduced gradients with their copies on other pipeline stages.
   // `compression` must fit the stage (grad_compression_error); on a group of one it is a no-op.
+  // `overlap` false launches every bucket from finish() instead of from the hooks (the
+  // reference an overlap measurement compares against).
   GradReducer(const FlatLayout& layout, int stage, Communicator& dp, Communicator* tied_group,
-              GradCompression compression = {});
+              GradCompression compression = {}, bool overlap = true);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -96,6 +117,7 @@ class GradReducer {
   Tensor full_grad(int b) const;
 
   const ReduceStats& stats() const { return stats_; }
+  const ReduceTimeline& timeline() const { return timeline_; }
   // Gradient memory this rank holds now, in bytes.
   int64_t held_bytes() const;
 
@@ -113,6 +135,7 @@ class GradReducer {
     Tensor out;        // where the reduce-scatter wrote
     bool add = false;  // out is a temporary to add into the shard (accumulation, ZeRO 2/3)
     Phase phase = Phase::scatter;
+    size_t event = 0;  // its entry in timeline_
   };
 
   void on_grad(int param);
@@ -155,6 +178,12 @@ class GradReducer {
   bool compressing_ = false;             // this step runs PowerSGD
   std::vector<Pending> q_pending_;       // PowerSGD: Q all-reduces in flight, in bucket order
   ReduceStats stats_;
+  bool overlap_ = true;
+  ReduceTimeline timeline_;
+  std::chrono::steady_clock::time_point pass_start_;
+  bool pass_open_ = false;  // a gradient of this pass has arrived
+  double now() const;
+  void completed(const Pending& p);
   // Hooks outlive this object on the parameters; they hold this weakly.
   std::shared_ptr<GradReducer*> self_;
 };

@@ -35,6 +35,9 @@ struct ParallelConfig {
   GradCompression grad_compression;
   // ZeRO-3: all-gather the next unit while the current one computes (on by default).
   bool zero3_prefetch = true;
+  // DP reductions start from the backward hooks as buckets fill (on by default); off: after
+  // backward, for measuring what overlap hides (bench_overlap).
+  bool overlap = true;
   int64_t batch_size = 8;                             // B: global sequences per step
   int64_t seq_len = 8;                                // T
   nn::AdamWOptions adamw;                             // adamw.lr is replaced by lr_schedule

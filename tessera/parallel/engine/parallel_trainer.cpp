@@ -99,6 +99,7 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
   dc.max_grad_norm = config_.max_grad_norm;
   dc.compression = config_.grad_compression;
   dc.zero3_prefetch = config_.zero3_prefetch;
+  dc.overlap = config_.overlap;
   dc.param_meta = [this](const std::string& name) { return meta_of(name); };
   dc.tp = &mesh_->tp();
   if (shape.size("pp") > 1) dc.norm_groups = {&mesh_->pp()};
