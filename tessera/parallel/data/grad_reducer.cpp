@@ -47,8 +47,7 @@ GradReducer::GradReducer(const FlatLayout& layout, int stage, Communicator& dp,
   arrived_.assign(num_buckets, 0);
   reduced_.resize(num_buckets);
   wire_.resize(num_buckets);
-  if (stage_ == 0 || powersgd_)
-    gather_ = dp.split(0, dp.rank(), dp.name() + ".gather");  // collective
+  if (stage_ == 0) gather_ = dp.split(0, dp.rank(), dp.name() + ".gather");  // collective
 
   std::weak_ptr<GradReducer*> weak = self_;
   for (size_t i = 0; i < layout.params().size(); ++i) {
@@ -61,8 +60,6 @@ GradReducer::GradReducer(const FlatLayout& layout, int stage, Communicator& dp,
 GradReducer::~GradReducer() {
   // Reductions still in flight write into buffers this object owns.
   for (Pending& p : pending_)
-    if (p.work) p.work->wait();
-  for (Pending& p : q_pending_)
     if (p.work) p.work->wait();
   for (auto& w : gathers_) w->wait();
 }
@@ -186,57 +183,39 @@ void GradReducer::launch_powersgd(int b) {
   progress_powersgd(false);
 }
 
-// One PowerSGD all-reduce in flight per communicator, in bucket order. MPI's all-reduce runs in
-// phases (an all-to-all, then an all-gather issued from a later poll), and MPI matches the
-// collectives of a communicator by the order each rank issues them: with two in flight, one
-// rank could issue the first's all-gather before the second's all-to-all and another after,
-// and the two would exchange the wrong buffers. The P all-reduces (dp group) and the Q
-// all-reduces (second communicator) still overlap each other and the backward pass.
+// PowerSGD's all-reduces form one chain on the dp group, in bucket order, one in flight:
+// P(0), Q(0), P(1), Q(1), ... MPI's all-reduce runs in phases (an all-to-all, then an
+// all-gather issued from a later poll) and MPI matches a group's collectives by the order each
+// rank issues them, so two in flight could interleave their halves differently on two ranks;
+// and two queues on two groups, each waited on in turn, can deadlock (a rank blocked on one
+// does not issue the next of the other, which its peer is blocked on). The chain is the same
+// on every rank whatever the timing, and a rank blocked on link k needs only what every peer
+// reaches by finishing the links before k. It still runs while backward computes.
 void GradReducer::progress_powersgd(bool block) {
-  auto issue = [this](std::vector<Pending>& queue, Communicator& comm) {
-    Pending& p = queue.front();
-    if (p.work) return;
-    p.work = comm.all_reduce_async(p.out, CommOp::avg);
-    int64_t in_flight = 0;
-    for (const Pending& other : queue) in_flight += other.work != nullptr;
-    stats_.powersgd_in_flight = std::max(stats_.powersgd_in_flight, in_flight);
-  };
-  auto done = [&](std::vector<Pending>& queue, Communicator& comm) {
-    issue(queue, comm);
-    Pending& p = queue.front();
-    if (block) p.work->wait();
-    return block || p.work->test();
-  };
-  for (bool moved = true; moved;) {
-    moved = false;
-    if (!pending_.empty() && done(pending_, *dp_)) {
-      const int b = pending_.front().bucket;
-      if (pending_.front().phase == Phase::p) {
-        Pending q;
-        q.bucket = b;
-        q.phase = Phase::q;
-        q.out = powersgd_->middle(b, full_grad(b));
-        q.event = pending_.front().event;
-        q_pending_.push_back(std::move(q));
-      } else {
-        completed(pending_.front());
-        finish_powersgd_bucket(b);
-      }
-      pending_.erase(pending_.begin());
-      moved = true;
+  while (!pending_.empty()) {
+    Pending& p = pending_.front();
+    if (!p.work) {
+      p.work = dp_->all_reduce_async(p.out, CommOp::avg);
+      int64_t in_flight = 0;
+      for (const Pending& other : pending_) in_flight += other.work != nullptr;
+      stats_.powersgd_in_flight = std::max(stats_.powersgd_in_flight, in_flight);
     }
-    if (!q_pending_.empty() && done(q_pending_, *gather_)) {
-      const int b = q_pending_.front().bucket;
-      powersgd_->end(b, full_grad(b));
-      completed(q_pending_.front());
-      finish_powersgd_bucket(b);
-      q_pending_.erase(q_pending_.begin());
-      moved = true;
+    if (block)
+      p.work->wait();
+    else if (!p.work->test())
+      return;
+    const int b = p.bucket;
+    if (p.phase == Phase::p) {  // the Q all-reduce of the same bucket is the next link
+      p.phase = Phase::q;
+      p.out = powersgd_->middle(b, full_grad(b));
+      p.work = nullptr;
+      continue;
     }
+    if (p.phase == Phase::q) powersgd_->end(b, full_grad(b));
+    completed(p);
+    finish_powersgd_bucket(b);
+    pending_.erase(pending_.begin());
   }
-  // Issue what now heads each queue, so that it moves while backward computes.
-  if (!pending_.empty()) issue(pending_, *dp_);
-  if (!q_pending_.empty()) issue(q_pending_, *gather_);
 }
 
 void GradReducer::finish_powersgd_bucket(int b) {
@@ -314,7 +293,7 @@ void GradReducer::finish() {
 
 void GradReducer::zero_grad() {
   NoGradGuard no_grad;
-  TESSERA_CHECK(pending_.empty() && q_pending_.empty(),
+  TESSERA_CHECK(pending_.empty(),
                 "data parallel: zero_grad while reductions are in flight; ",
                 "call finish() after backward");
   for (const Tensor& t : full_) ops::zero_(t);

@@ -37,14 +37,12 @@
 //
 // Compression (grad_compression.h): bf16 sends each bucket as bf16 through the widening
 // reduce-scatter (and, at ZeRO 0, all-gathers bf16 shards, widened in finish()). PowerSGD, on
-// the steps after its warm-up, replaces both halves with its two all-reduces per bucket: the P
-// all-reduce on the dp group as buckets fill, the Q all-reduce on the second communicator once
-// that P is back (noticed while polling from the hooks), each group's calls in bucket order.
-// Each group runs one of these all-reduces at a time, in bucket order: MPI's all-reduce issues
-// its second half from a later test(), and MPI matches a group's collectives by issue order,
-// so two in flight could interleave their halves differently on different ranks (measured: the
-// main job's model at powersgd:16 exchanged wrong buffers and its residual reached 1e18).
-// Buckets with nothing to compress are all-reduced whole on the dp group.
+// the steps after its warm-up, replaces both halves with its two all-reduces per bucket, P then
+// Q, chained on the dp group one at a time in bucket order and driven from the hooks
+// (progress_powersgd says why one chain: with several MPI all-reduces in flight the main job's
+// model at powersgd:16 exchanged wrong buffers and its residual reached 1.9e18; with two
+// queues on two groups a blocking wait could deadlock). Buckets with nothing to compress are
+// all-reduced whole, as a link of the same chain.
 
 #include <chrono>
 #include <cstdint>
@@ -62,8 +60,7 @@ struct ReduceStats {
   int64_t launched_in_backward = 0;  // buckets launched from hooks, before backward returned
   int64_t launched_in_finish = 0;    // buckets finish() had to launch
   int64_t gathered_in_backward = 0;  // ZeRO 0: all-gathers issued before backward returned
-  // PowerSGD: the most all-reduces ever in flight at once on one communicator (1 by design:
-  // see progress_powersgd).
+  // PowerSGD: the most all-reduces ever in flight at once (1 by design: progress_powersgd).
   int64_t powersgd_in_flight = 0;
 };
 
@@ -126,7 +123,7 @@ class GradReducer {
   enum class Phase : uint8_t {
     scatter,  // the reduce-scatter of a bucket
     p,        // PowerSGD: the all-reduce of a bucket's P buffer
-    q,        // PowerSGD: the all-reduce of its Q buffer (second communicator)
+    q,        // PowerSGD: the all-reduce of its Q buffer, the next link of the chain
     whole,    // PowerSGD step: the all-reduce of a bucket with nothing to compress
   };
   struct Pending {
@@ -143,8 +140,8 @@ class GradReducer {
   void launch(int b);
   void launch_powersgd(int b);
   void poll();
-  // PowerSGD steps: completes the P and Q all-reduces first-in first-out, waiting for each when
-  // `block`, else stopping at the first not yet done.
+  // PowerSGD steps: runs the chain of P and Q all-reduces, waiting for each link when `block`,
+  // else stopping at the first not yet done (issued, so it moves meanwhile).
   void progress_powersgd(bool block);
   // After a bucket's PowerSGD reduction: ZeRO 1 copies this rank's shard out of the average.
   void finish_powersgd_bucket(int b);
@@ -166,8 +163,7 @@ class GradReducer {
   std::vector<int> arrived_;                       // per bucket, this micro-batch
   int next_launch_ = 0;
   std::vector<Pending> pending_;
-  // ZeRO 0: the all-gathers' communicator; PowerSGD: the Q all-reduces'.
-  std::shared_ptr<Communicator> gather_;
+  std::shared_ptr<Communicator> gather_;  // ZeRO 0: the all-gathers' communicator
   std::vector<Tensor> reduced_;           // ZeRO 0: per bucket, the reduced shard
   int next_gather_ = 0;                   // ZeRO 0: buckets gathered, in order
   std::vector<std::shared_ptr<Work>> gathers_;
@@ -176,7 +172,6 @@ class GradReducer {
   bool bf16_ = false;  // compression is bf16 (and the group has peers)
   std::unique_ptr<PowerSgd> powersgd_;
   bool compressing_ = false;             // this step runs PowerSGD
-  std::vector<Pending> q_pending_;       // PowerSGD: Q all-reduces in flight, in bucket order
   ReduceStats stats_;
   bool overlap_ = true;
   ReduceTimeline timeline_;
