@@ -47,8 +47,7 @@
 
 #include "bench/counters.h"
 #include "bench/mpi_bench.h"
-#include "tessera/nn/nn.h"
-#include "tessera/parallel/engine/parallel_trainer.h"
+#include "bench/trainer_bench.h"
 
 namespace tessera::bench {
 namespace {
@@ -56,22 +55,7 @@ namespace {
 using parallel::MeshShape;
 using parallel::ScheduleKind;
 
-constexpr int64_t kBatch = 16, kSeq = 64;
 constexpr int64_t kSteps = 3;  // timed steps per run; --benchmark_repetitions repeats runs
-
-nn::GPTConfig bench_model() {
-  nn::GPTConfig c;
-  c.vocab_size = 4096;
-  c.vocab_multiple = 64;
-  c.block_size = kSeq;
-  c.n_layer = 8;
-  c.n_head = 8;
-  c.n_kv_head = 8;
-  c.n_embd = 256;
-  c.dropout = 0.0;
-  c.init_seed = 1337;
-  return c;
-}
 
 struct Layout {
   std::string name;
@@ -111,18 +95,11 @@ std::vector<Layout> layouts_for(int n) {
 }
 
 parallel::ParallelConfig config_of(const Layout& layout) {
-  parallel::ParallelConfig p;
-  p.mesh = layout.mesh;
+  parallel::ParallelConfig p = bench_config(layout.mesh);
   p.zero_stage = layout.zero;
   p.schedule = layout.schedule;
   p.virtual_stages = layout.v;
   p.microbatches = layout.m;
-  p.batch_size = kBatch;
-  p.seq_len = kSeq;
-  p.adamw = nn::AdamWOptions{3e-4, 0.9, 0.95, 1e-8, 0.1};
-  p.lr_schedule.kind = nn::ScheduleKind::constant;
-  p.lr_schedule.max_lr = 3e-4;
-  p.max_grad_norm = 1.0;
   return p;
 }
 
@@ -145,23 +122,6 @@ const ModelWork& model_work() {
     return out;
   }();
   return w;
-}
-
-// The global batch: uniform token ids from a fixed seed, the same on every rank.
-struct Batch {
-  Tensor inputs, targets;
-};
-
-const Batch& global_batch() {
-  static const Batch b = [] {
-    Generator gen(42);
-    auto tokens = [&] {
-      Tensor u = rand({kBatch, kSeq}, gen, DType::f64);
-      return ops::cast(ops::mul(u, double(bench_model().vocab_size)), DType::i64);
-    };
-    return Batch{tokens(), tokens()};
-  }();
-  return b;
 }
 
 // Every step time of the baseline in this process; each layout's speedup is against their

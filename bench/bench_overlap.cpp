@@ -39,28 +39,12 @@
 #include <vector>
 
 #include "bench/mpi_bench.h"
-#include "tessera/nn/nn.h"
-#include "tessera/parallel/engine/parallel_trainer.h"
+#include "bench/trainer_bench.h"
 
 namespace tessera::bench {
 namespace {
 
-constexpr int64_t kBatch = 16, kSeq = 64;
 constexpr int64_t kSteps = 3;
-
-nn::GPTConfig bench_model() {
-  nn::GPTConfig c;
-  c.vocab_size = 4096;
-  c.vocab_multiple = 64;
-  c.block_size = kSeq;
-  c.n_layer = 8;
-  c.n_head = 8;
-  c.n_kv_head = 8;
-  c.n_embd = 256;
-  c.dropout = 0.0;
-  c.init_seed = 1337;
-  return c;
-}
 
 struct Setting {
   int zero = 0;
@@ -89,35 +73,12 @@ std::vector<Setting> settings() {
 }
 
 parallel::ParallelConfig config_of(const Setting& s, int dp) {
-  parallel::ParallelConfig p;
-  p.mesh = {dp, 1, 1};
+  parallel::ParallelConfig p = bench_config({dp, 1, 1});
   p.zero_stage = s.zero;
   p.bucket_mb = s.bucket_mb;
   p.overlap = s.overlap;
   p.zero3_prefetch = s.prefetch;
-  p.batch_size = kBatch;
-  p.seq_len = kSeq;
-  p.adamw = nn::AdamWOptions{3e-4, 0.9, 0.95, 1e-8, 0.1};
-  p.lr_schedule.kind = nn::ScheduleKind::constant;
-  p.lr_schedule.max_lr = 3e-4;
-  p.max_grad_norm = 1.0;
   return p;
-}
-
-struct Batch {
-  Tensor inputs, targets;
-};
-
-const Batch& global_batch() {
-  static const Batch b = [] {
-    Generator gen(42);
-    auto tokens = [&] {
-      Tensor u = rand({kBatch, kSeq}, gen, DType::f64);
-      return ops::cast(ops::mul(u, double(bench_model().vocab_size)), DType::i64);
-    };
-    return Batch{tokens(), tokens()};
-  }();
-  return b;
 }
 
 struct Reference {
