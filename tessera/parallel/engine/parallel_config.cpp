@@ -18,6 +18,8 @@ std::string ParallelConfig::describe() const {
                  grad_compression.compressing()
                      ? str_cat(", compression ", grad_compression.describe())
                      : "",
+                 overlap ? "" : ", reductions after backward",
+                 zero_stage == 3 && !zero3_prefetch ? ", no prefetch" : "",
                  recompute.mode == nn::RecomputeMode::none
                      ? ""
                      : str_cat(", recompute ", recompute.describe()),

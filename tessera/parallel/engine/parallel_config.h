@@ -52,7 +52,8 @@ struct ParallelConfig {
   Device device = Device::cpu();
 
   // "dp2 x pp2 x tp2, ZeRO-1, 1f1b v1 m4, sequence parallel, batch 8 x 8" (", bf16" appended
-  // unless fp32, ", on cuda:0" unless on the CPU)
+  // unless fp32, the compression, overlap and prefetch unless default, ", on cuda:0" unless on
+  // the CPU)
   std::string describe() const;
 };
 
