@@ -68,6 +68,9 @@ struct ReduceStats {
 // bucket's launch and the moment its reduction was seen complete (a poll from a gradient hook,
 // or finish()'s wait), next to when backward handed over to finish() and when finish()
 // returned. A bucket completed before `finish_start` was hidden behind backward's compute.
+// "Complete" is the reduce-scatter into the shard (at ZeRO 0 the all-gather back follows it on
+// the second communicator and is not timed), or PowerSGD's Q link; `completed` stays 0 for a
+// bucket that needed no collective (ZeRO 0 on a group of one).
 struct ReduceEvent {
   int bucket = 0;
   double launched = 0, completed = 0;
