@@ -10,8 +10,12 @@
 // Streams and events are cudaStream_t and cudaEvent_t (or the simulator's) behind void*, so
 // this header needs no CUDA header.
 
+#include <cstddef>
+#include <memory>
+
 #include "tessera/core/backend.h"
 #include "tessera/core/error.h"
+#include "tessera/core/storage.h"
 
 namespace tessera::cuda {
 
@@ -39,6 +43,16 @@ class StreamOrder {
   virtual bool event_done(Event event) = 0;
   virtual void event_synchronize(Event event) = 0;
   virtual void destroy_event(Event event) = 0;
+
+  // Host transfers for an optimizer that lives in host memory (parallel/data/host_transfers.h):
+  // `bytes` copied on `stream` from device to host (to_host) or back. Page-locked host memory
+  // makes the copy asynchronous, so both sides must stay valid until an event recorded after
+  // it has completed.
+  virtual void copy_async(void* dst, const void* src, size_t bytes, bool to_host,
+                          Stream stream) = 0;
+  // `bytes` of page-locked host memory (cudaMallocHost; on the simulated device, plain host
+  // memory) as a CPU storage that frees it when released.
+  virtual std::shared_ptr<Storage> pinned_host_storage(size_t bytes) = 0;
 };
 
 // The StreamOrder of the backend serving Device::cuda(); throws when no CUDA backend is

@@ -22,7 +22,8 @@ nlohmann::json RankMetrics::to_json() const {
           {"optim_bytes", optimizer_bytes},
           {"act_bytes", activation_bytes},
           {"device_live_bytes", device_live_bytes},
-          {"device_peak_bytes", device_peak_bytes}};
+          {"device_peak_bytes", device_peak_bytes},
+          {"host_optim_bytes", host_optimizer_bytes}};
 }
 
 nlohmann::json StepMetrics::to_json() const {

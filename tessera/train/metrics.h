@@ -29,6 +29,8 @@ struct RankMetrics {
   // The rank's device allocator (the CUDA pool's counters on a GPU): live and peak bytes.
   int64_t device_live_bytes = 0;
   int64_t device_peak_bytes = 0;
+  // --offload optimizer: host bytes of the master shard, moments and transfer buffers.
+  int64_t host_optimizer_bytes = 0;
 
   nlohmann::json to_json() const;
 };

@@ -59,6 +59,7 @@ void for_each_field(Options& o, F&& f) {
   f("bucket_mb", o.bucket_mb);
   f("grad_compression", o.grad_compression);
   f("compression_warmup", o.compression_warmup);
+  f("offload", o.offload);
   f("recompute", o.recompute);
   f("recompute_layers", o.recompute_layers);
   f("sample_tokens", o.sample_tokens);
@@ -173,6 +174,11 @@ void TrainOptions::validate() const {
   TESSERA_CHECK(compression_warmup == 0 || compression.kind == parallel::CompressionKind::powersgd,
                 "train: --compression-warmup ", compression_warmup, " counts the uncompressed ",
                 "steps before powersgd; --grad-compression is '", grad_compression, "'");
+  TESSERA_CHECK(offload == "none" || offload == "optimizer",
+                "train: --offload must be none or optimizer, got '", offload, "'");
+  TESSERA_CHECK(offload == "none" || optimizer == "adamw", "train: --offload optimizer moves ",
+                "the sharded AdamW to host memory, so it needs --optimizer adamw, got '", optimizer,
+                "'");
   TESSERA_CHECK(recompute == "none" || recompute == "selective" || recompute == "full",
                 "train: --recompute must be none, selective or full, got '", recompute, "'");
   TESSERA_CHECK(recompute_layers >= -1, "train: --recompute-layers must be -1 (every layer) ",

@@ -83,6 +83,9 @@ struct TrainOptions {
   // "powersgd:R"; compression_warmup uncompressed steps first (powersgd only).
   std::string grad_compression = "none";
   int64_t compression_warmup = 0;
+  // "none" or "optimizer": the fp32 master, AdamW's moments and the update in host memory
+  // (ZeRO-Offload; CUDA, bf16/fp16, ZeRO 1-3: parallel/data/data_parallel.h).
+  std::string offload = "none";
 
   // Activation recomputation (nn/recompute.h): "none", "selective" or "full"; under full,
   // recompute_layers blocks per pipeline stage (its first ones), -1 for all.

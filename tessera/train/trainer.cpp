@@ -71,6 +71,7 @@ parallel::ParallelConfig parallel_config(const TrainOptions& o, const nn::GPTCon
   p.recompute = o.recompute_policy();
   p.bucket_mb = o.bucket_mb;
   p.grad_compression = o.grad_compression_policy();
+  p.offload_optimizer = o.offload == "optimizer";
   p.batch_size = o.batch_size * o.grad_accum;
   p.seq_len = o.seq_len;
   p.adamw = adamw_options(o);
@@ -126,6 +127,9 @@ void check_module_layout(const TrainOptions& o, int world_size, const char* why)
   if (o.grad_compression != "none")
     refuse("--grad-compression ", o.grad_compression, " compresses the bucket reductions of the ",
            "layout engine (--optimizer adamw); ", why, " all-reduces fp32 gradients");
+  if (o.offload != "none")
+    refuse("--offload ", o.offload, " moves the layout engine's sharded AdamW to host memory; ",
+           why, " keeps its optimizer on the device");
   if (o.dp != world_size)
     refuse("--dp ", o.dp, " does not match the ", world_size, " ranks (start it as mpiexec -n ",
            o.dp, " tessera train ...)");
@@ -272,12 +276,12 @@ data::Batch Trainer::next_rows() {
 }
 
 std::vector<RankMetrics> Trainer::gather_rank_metrics(const EngineStep& s) {
-  constexpr int64_t kFields = 8;
+  constexpr int64_t kFields = 9;
   const AllocatorStats device = allocator_for(device_).stats();
   Tensor mine = from_vector<double>(
-      {s.comm_seconds * 1e3, double(s.comm_bytes), double(s.memory.parameters), double(s.memory.gradients),
-       double(s.memory.optimizer_state), double(s.memory.activations), double(device.live_bytes),
-       double(device.peak_bytes)},
+      {s.comm_seconds * 1e3, double(s.comm_bytes), double(s.memory.parameters),
+       double(s.memory.gradients), double(s.memory.optimizer_state), double(s.memory.activations),
+       double(device.live_bytes), double(device.peak_bytes), double(s.memory.offloaded)},
       Shape{kFields});
   Tensor all = zeros(Shape{world_->size() * kFields}, DType::f64);
   world_->all_gather(mine, all);
@@ -285,8 +289,8 @@ std::vector<RankMetrics> Trainer::gather_rank_metrics(const EngineStep& s) {
   std::vector<RankMetrics> ranks(size_t(world_->size()));
   for (size_t r = 0; r < ranks.size(); ++r) {
     const double* f = v.data() + r * kFields;
-    ranks[r] = {f[0],          int64_t(f[1]), int64_t(f[2]), int64_t(f[3]),
-                int64_t(f[4]), int64_t(f[5]), int64_t(f[6]), int64_t(f[7])};
+    ranks[r] = {f[0],          int64_t(f[1]), int64_t(f[2]), int64_t(f[3]), int64_t(f[4]),
+                int64_t(f[5]), int64_t(f[6]), int64_t(f[7]), int64_t(f[8])};
   }
   return ranks;
 }

@@ -20,7 +20,8 @@
 #      dp2 x tp2 tracks one CPU process in bf16 within the bf16 bound of 4., the per-rank device
 #      memory is logged, an interleaved pp2 with validation and SGD dp2 match one process
 #      within 1e-5, bf16 and powersgd:2 compression match the CPU ranks within 1e-5, and
-#      `mpiexec -n 1` equals a plain run bit for bit; a build whose NCCL is real refuses it in
+#      `mpiexec -n 1` equals a plain run bit for bit, and --offload optimizer (dp2 ZeRO-2 bf16)
+#      equals the optimizer on the device bit for bit; a build whose NCCL is real refuses it in
 #      one line.
 # Usage: train_parallel_test.sh <tessera> <mpiexec> <numproc flag> <scratch dir> <nccl kind>
 set -euo pipefail
@@ -202,6 +203,10 @@ if [ "$nccl" = simulated ]; then
   [ "$(losses "$dir/sim_n1")" = "$(losses "$dir/sim_plain")" ] ||
     fail "on cuda-sim, mpiexec -n 1 and a plain run differ: $(losses "$dir/sim_n1" | tr '\n' ' ') vs $(losses "$dir/sim_plain" | tr '\n' ' ')"
   echo "cuda-sim: mpiexec -n 1 and a plain run bit-identical"
+  # One GPU with its optimizer offloaded (ZeRO 0 at dp 1 runs as ZeRO 1, the same layout).
+  "$tessera" train "${common[@]}" --precision bf16 --max-steps 2 --device cuda-sim \
+    --offload optimizer --run-dir "$dir/sim_offload" >/dev/null
+  tol=0 compare "one simulated GPU, --offload optimizer" "$dir/sim_plain" "$dir/sim_offload" loss 2
   # An interleaved pipeline with validation on simulated GPUs (its transfers in NCCL's order,
   # the evaluation micro-batch by micro-batch), fp32 against one CPU process.
   "$mpiexec" "$np" 2 "$tessera" train "${common[@]}" "${val[@]}" --max-steps 4 --device cuda-sim \
@@ -224,6 +229,22 @@ if [ "$nccl" = simulated ]; then
     compare "dp2 --grad-compression $gc on simulated GPUs" "$dir/gc_cpu" "$dir/gc_cuda-sim" loss 2
     rm -rf "$dir/gc_cpu" "$dir/gc_cuda-sim"
   done
+  # Optimizer offload: master, moments and update in host memory, the same bits as the
+  # optimizer on the device (the CPU and CUDA AdamW agree bit for bit), host bytes logged.
+  for off in none optimizer; do
+    "$mpiexec" "$np" 2 "$tessera" train "${common[@]}" --precision bf16 --max-steps 2 --dp 2 \
+      --zero 2 --device cuda-sim --offload "$off" --run-dir "$dir/off_$off" >"$dir/off_$off.log"
+  done
+  grep -q "optimizer offloaded" "$dir/off_optimizer.log" || fail "the banner does not show the offload"
+  tol=0 compare "dp2 ZeRO-2 bf16 --offload optimizer on simulated GPUs: losses" "$dir/off_none" \
+    "$dir/off_optimizer" loss 2
+  tol=0 compare "dp2 ZeRO-2 bf16 --offload optimizer on simulated GPUs: norms" "$dir/off_none" \
+    "$dir/off_optimizer" grad_norm 2
+  host=$(grep -o '"host_optim_bytes":[0-9]*' "$dir/off_optimizer/metrics.jsonl" | tail -1 | cut -d: -f2)
+  optim=$(grep -o '"optim_bytes":[0-9]*' "$dir/off_optimizer/metrics.jsonl" | tail -1 | cut -d: -f2)
+  [ "${host:-0}" -gt 0 ] && [ "${optim:-1}" -eq 0 ] ||
+    fail "offloaded: metrics.jsonl shows host_optim_bytes ${host:-none}, optim_bytes ${optim:-none}"
+  rm -rf "$dir/off_none" "$dir/off_optimizer"
 else
   set +e
   "$mpiexec" "$np" 2 "$tessera" train "${common[@]}" --max-steps 1 --device cuda-sim --dp 2 \
@@ -276,6 +297,11 @@ done
 # uncompressed run, and log fewer bytes sent (rank 0's comm_bytes, last step); powersgd under
 # ZeRO-2 and compression in one process are refused in one line.
 bad_layout 2 "powersgd under ZeRO-2" --dp 2 --zero 2 --grad-compression powersgd:2
+bad_layout 2 "on cpu it is in host memory already" --dp 2 --zero 1 --offload optimizer
+if [ "$nccl" = simulated ]; then
+  bad_layout 2 "ZeRO 0 at dp 2 has every rank update all of it" --dp 2 --offload optimizer \
+    --device cuda-sim --precision bf16
+fi
 bad_layout 2 "compresses the bucket reductions of the layout engine" --dp 2 --optimizer sgd \
   --grad-compression bf16
 first_comm_bytes() { tail -1 "$1/metrics.jsonl" | grep -o '"comm_bytes":[0-9]*' | head -1 | cut -d: -f2; }

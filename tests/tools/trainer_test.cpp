@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "support/error_of.h"
+#include "tessera/cuda/cuda.h"
 #include "tessera/train/metrics.h"
 #include "tessera/train/trainer.h"
 #include "tools/tools_test_util.h"
@@ -186,6 +187,30 @@ TEST(Trainer, GradCompressionFlagsAreChecked) {
   // One process has no reduction to compress.
   EXPECT_NE(error_of([&] { Trainer t(o); }).find("--grad-compression applies to a parallel"),
             std::string::npos);
+}
+
+// --offload: its values, and the layouts it cannot apply to, each refused in one line naming
+// why (the runs that apply are in tests/parallel/offload_test.cpp and train_parallel_test.sh).
+TEST(Trainer, OffloadFlagIsChecked) {
+  ScratchDir dir;
+  using tessera::testing::error_of;
+  TrainOptions o = tiny_options(dir, "run");
+  o.offload = "disk";
+  EXPECT_NE(error_of([&] { o.validate(); }).find("--offload must be none or optimizer, got 'disk'"),
+            std::string::npos);
+  o.offload = "optimizer";
+  o.optimizer = "sgd";
+  EXPECT_NE(error_of([&] { o.validate(); }).find("needs --optimizer adamw"), std::string::npos);
+  o.optimizer = "adamw";
+  o.precision = "bf16";
+  EXPECT_NE(error_of([&] { Trainer t(o); }).find("on cpu it is in host memory already"),
+            std::string::npos);
+  cuda::use_simulated_device();  // as cuda_train_test.cpp: Device::cuda() on the simulator
+  o.device = "cuda";
+  o.precision = "fp32";
+  const std::string fp32 = error_of([&] { Trainer t(o); });
+  EXPECT_NE(fp32.find("optimizer offload needs bf16 or fp16"), std::string::npos) << fp32;
+  // ZeRO 0 at dp > 1 is refused under mpiexec (train_parallel_test.sh); one GPU runs it.
 }
 
 TEST(Metrics, TruncateDropsLaterAndTornLines) {

@@ -89,10 +89,14 @@ const std::map<std::string, std::string>& flag_help() {
        "what the data-parallel reduction sends: none, bf16 (bf16 on the wire, summed in fp32) "
        "or powersgd:R (rank-R PowerSGD with error feedback, ZeRO 0-1)"},
       {"compression_warmup", "powersgd: uncompressed optimizer steps before compressing"},
+      {"offload",
+       "none, or optimizer: fp32 master weights, AdamW state and update in host memory "
+       "(ZeRO-Offload; --device cuda, bf16 or fp16, ZeRO 1-3)"},
       {"recompute",
        "activation recomputation: none, selective (the MLP activation, elementwise) or full "
        "(whole blocks; see --recompute-layers)"},
-      {"recompute_layers", "full recomputation: blocks per pipeline stage, from its first (-1: all)"},
+      {"recompute_layers",
+       "full recomputation: blocks per pipeline stage, from its first (-1: all)"},
       {"sample_tokens", "tokens to sample after training (0: none)"},
       {"sample_prompt", "prompt for the samples"},
       {"sample_temperature", "sampling temperature"},

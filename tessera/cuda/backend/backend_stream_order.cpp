@@ -54,5 +54,20 @@ void CudaBackend::destroy_event(StreamOrder::Event event) {
   runtime::event_destroy(as_event(event));
 }
 
+void CudaBackend::copy_async(void* dst, const void* src, size_t bytes, bool to_host,
+                             Stream stream) {
+  context_.compute_stream();
+  runtime::memcpy_async(dst, src, bytes,
+                        to_host ? CopyKind::device_to_host : CopyKind::host_to_device,
+                        as_stream(stream));
+}
+
+std::shared_ptr<Storage> CudaBackend::pinned_host_storage(size_t bytes) {
+  context_.compute_stream();
+  void* p = runtime::host_alloc_pinned(bytes);
+  return std::make_shared<Storage>(p, bytes, Device::cpu(),
+                                   [](void* q) { runtime::host_free_pinned(q); });
+}
+
 }  // namespace TESSERA_CUDA_ABI
 }  // namespace tessera::cuda

@@ -34,6 +34,8 @@ class CudaBackend final : public Backend, public StreamOrder {
   bool event_done(Event event) override;
   void event_synchronize(Event event) override;
   void destroy_event(Event event) override;
+  void copy_async(void* dst, const void* src, size_t bytes, bool to_host, Stream stream) override;
+  std::shared_ptr<Storage> pinned_host_storage(size_t bytes) override;
 
   // Every op of the table: the kernel ops forward to their launchers (cuda_backend_ops.cpp),
   // copies, fills and GEMMs are cuda_backend_memory.cpp.

@@ -64,6 +64,12 @@ void trim_pool(int device);
 void memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind, cudaStream_t stream);
 void memset_async(void* dst, int byte, size_t bytes, cudaStream_t stream);
 
+// Page-locked host memory (cudaMallocHost), so that copies to and from it run asynchronously
+// on their stream; the simulator hands out plain 64-byte aligned host memory. Never null:
+// failure throws, naming the bytes.
+void* host_alloc_pinned(size_t bytes);
+void host_free_pinned(void* p);
+
 cudaStream_t stream_create();
 void stream_destroy(cudaStream_t stream);
 void stream_synchronize(cudaStream_t stream);

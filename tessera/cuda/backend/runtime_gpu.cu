@@ -107,6 +107,18 @@ void memset_async(void* dst, int byte, size_t bytes, cudaStream_t stream) {
   if (bytes > 0) TESSERA_CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, stream));
 }
 
+void* host_alloc_pinned(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t status = cudaMallocHost(&p, bytes > 0 ? bytes : 1);
+  TESSERA_CHECK(status == cudaSuccess, "cudaMallocHost of ", bytes,
+                " bytes of page-locked host memory failed: ", cudaGetErrorString(status));
+  return p;
+}
+
+void host_free_pinned(void* p) {
+  if (p != nullptr) TESSERA_CUDA_CHECK(cudaFreeHost(p));
+}
+
 cudaStream_t stream_create() {
   cudaStream_t stream;
   TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

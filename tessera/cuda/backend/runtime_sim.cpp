@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 
 #include "tessera/core/error.h"
@@ -120,6 +121,15 @@ void memcpy_async(void* dst, const void* src, size_t bytes, CopyKind /*kind*/,
 
 void memset_async(void* dst, int byte, size_t bytes, cudaStream_t stream) {
   if (bytes > 0) sim::submit(stream, [=] { std::memset(dst, byte, bytes); });
+}
+
+void* host_alloc_pinned(size_t bytes) {
+  // Nothing to lock: the simulated device reads host memory directly.
+  return ::operator new(bytes > 0 ? bytes : 1, std::align_val_t(64));
+}
+
+void host_free_pinned(void* p) {
+  ::operator delete(p, std::align_val_t(64));
 }
 
 cudaStream_t stream_create() {

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/core/empty.h"
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
@@ -58,6 +59,13 @@ DataParallel::DataParallel(const nn::StateDict& params, Communicator& dp, DataPa
   TESSERA_CHECK(!config_.compression.compressing() || dp_->size() > 1,
                 "DataParallel: gradient compression ", config_.compression.describe(),
                 " on group ", dp_->name(), " of one rank: there is no reduction to compress");
+  TESSERA_CHECK(!config_.offload_optimizer || config_.zero_stage >= 1,
+                "DataParallel: optimizer offload updates this rank's shard in host memory; ZeRO ",
+                "stage 0 keeps the whole state on every rank (use ZeRO 1, 2 or 3)");
+  TESSERA_CHECK(!config_.offload_optimizer || config_.compute_dtype == DType::bf16 ||
+                    config_.compute_dtype == DType::f16,
+                "DataParallel: optimizer offload streams the updated parameters back in bf16 or ",
+                "f16, got compute dtype ", dtype_name(config_.compute_dtype));
   NoGradGuard no_grad;
   check_same_parameters(params, *dp_);
   // Rank 0's values win, as in PyTorch DDP (keyed init makes them equal anyway).
@@ -73,10 +81,14 @@ DataParallel::DataParallel(const nn::StateDict& params, Communicator& dp, DataPa
   lo.tied = config_.tied;
   layout_ = std::make_unique<FlatLayout>(params, lo);
   const int stage = config_.zero_stage;
-  params_ = std::make_unique<FlatParams>(*layout_, dp_->rank(), stage == 3);
+  if (config_.offload_optimizer)
+    host_ = std::make_unique<HostTransfers>(layout_->params().front().tensor.device());
+  params_ = std::make_unique<FlatParams>(*layout_, dp_->rank(),
+                                         stage == 3 || config_.offload_optimizer, host_.get());
   reducer_ = std::make_unique<GradReducer>(*layout_, stage, *dp_, config_.tied_group,
                                            config_.compression, config_.overlap);
-  optimizer_ = std::make_unique<ZeroAdamW>(*layout_, stage, dp_->rank(), config_.adamw);
+  optimizer_ = std::make_unique<ZeroAdamW>(*layout_, stage, dp_->rank(), config_.adamw, host_.get(),
+                                           config_.compute_dtype);
   if (stage == 3)
     hooks_ = std::make_shared<Zero3Hooks>(*layout_, *params_, *dp_, config_.zero3_prefetch);
   const int tp_rank = config_.tp != nullptr ? config_.tp->rank() : 0;
@@ -149,7 +161,9 @@ StepResult DataParallel::step(double grad_scale) {
   if (!r.finite) return r;
   r.clip = nn::clip_factor(r.grad_norm, config_.max_grad_norm);
   optimizer_->step(*params_, *reducer_, r.clip * grad_scale);
-  if (config_.zero_stage == 1 || config_.zero_stage == 2) params_->all_gather_shards(*dp_);
+  // Offloaded, the master stays sharded on the host; gather_rounded fills the compute copy.
+  if ((config_.zero_stage == 1 || config_.zero_stage == 2) && !params_->sharded())
+    params_->all_gather_shards(*dp_);
   if (hooks_) hooks_->refresh();  // buckets gathered across the step show the update
   return r;
 }
@@ -159,16 +173,58 @@ void DataParallel::zero_grad() {
 }
 
 void DataParallel::gather_parameters() {
-  if (hooks_) hooks_->gather_all();
+  if (hooks_) return hooks_->gather_all();
+  if (!params_->offloaded() || all_gathered_) return;
+  for (size_t b = 0; b < layout_->buckets().size(); ++b)
+    params_->gather_async(int(b), *dp_)->wait();
+  all_gathered_ = true;
 }
 
 void DataParallel::release_parameters() {
-  if (hooks_) hooks_->release_all();
+  if (hooks_) return hooks_->release_all();
+  if (!all_gathered_) return;
+  for (size_t b = 0; b < layout_->buckets().size(); ++b) {
+    params_->write_back(int(b));
+    params_->release(int(b));
+  }
+  all_gathered_ = false;
+}
+
+void DataParallel::gather_rounded(const nn::StateDict& compute) {
+  TESSERA_CHECK(offloaded(), "DataParallel::gather_rounded: the optimizer is not offloaded");
+  TESSERA_CHECK(compute.size() == layout_->params().size(),
+                "DataParallel::gather_rounded: ", compute.size(),
+                " compute parameters for a layout of ", layout_->params().size());
+  NoGradGuard no_grad;
+  const Device device = layout_->params().front().tensor.device();
+  for (size_t b = 0; b < layout_->buckets().size(); ++b) {
+    const auto& k = layout_->buckets()[b];
+    Tensor shard = ops::to(optimizer_->rounded_shard(*params_, int(b)), device);
+    Tensor whole = shard;
+    if (dp_->size() > 1) {
+      whole = empty(Shape{k.numel}, config_.compute_dtype, device);
+      dp_->all_gather(shard, whole);
+    }
+    for (int p : k.params) {
+      const auto& param = layout_->params()[size_t(p)];
+      const Tensor& dst = nn::find_tensor(compute, param.name);
+      TESSERA_CHECK(dst.defined() && dst.dtype() == config_.compute_dtype &&
+                        dst.shape() == param.tensor.shape() && dst.device() == device,
+                    "DataParallel::gather_rounded: compute parameter '", param.name, "' is ",
+                    dst.defined() ? dst.describe() : std::string("missing"), "; expected ",
+                    dtype_name(config_.compute_dtype), " ", param.tensor.shape().to_string(),
+                    " on ", device);
+      ops::copy_(dst, ops::reshape(ops::narrow(whole, 0, param.offset, param.tensor.numel()),
+                                   param.tensor.shape()));
+    }
+  }
 }
 
 MemoryStats DataParallel::memory() const {
-  return {params_->held_bytes(), reducer_->held_bytes(), optimizer_->held_bytes(),
-          std::max(params_->peak_bytes(), params_->held_bytes())};
+  MemoryStats m{params_->held_bytes(), reducer_->held_bytes(), optimizer_->held_bytes(),
+                std::max(params_->peak_bytes(), params_->held_bytes())};
+  m.offloaded = params_->host_bytes() + optimizer_->host_bytes();
+  return m;
 }
 
 }  // namespace tessera::parallel

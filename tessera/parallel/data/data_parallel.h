@@ -24,6 +24,12 @@
 // reduce-scatter and computes the norm over the same shards, so on one layout all four stages
 // produce bit-identical weights (tests/parallel/dp_equivalence_test.cpp asserts it).
 //
+// Optimizer offload (offload_optimizer, ZeRO 1-3, for a master whose model computes through a
+// separate low-precision copy: parallel_precision.h): the fp32 master shard, the AdamW moments
+// and the update live in host memory (zero_adamw.h). The master is then sharded at every stage,
+// with its shards on the host, so the device keeps only the gradients (ZeRO 1: full; 2/3: the
+// shard) and the compute copy, which gather_rounded fills from the host's rounded shards.
+//
 // Nothing here is process-global: the object owns its buffers and communicator handle.
 
 #include <cstdint>
@@ -60,6 +66,11 @@ struct DataParallelConfig {
   GradCompression compression;
   // ZeRO-3: all-gather the next unit while the current one computes (zero3_hooks.h).
   bool zero3_prefetch = true;
+  // The master, the optimizer state and the update in host memory (see the header); ZeRO 1-3.
+  // The model must not compute with these parameters (they stay off the device): its compute
+  // copy is rounded to compute_dtype (bf16 or f16) on the host and filled by gather_rounded.
+  bool offload_optimizer = false;
+  DType compute_dtype = DType::bf16;
   // Start each bucket's reduction from the backward hooks as it fills; false: all of them
   // from finish(), after backward (what overlap is measured against).
   bool overlap = true;
@@ -87,6 +98,9 @@ struct MemoryStats {
   int64_t gradients = 0;
   int64_t optimizer_state = 0;
   int64_t parameters_peak = 0;  // ZeRO-3: the most parameter memory held during use
+  // Offloaded: host bytes of the master shard, the moments, the gradient downloads and the
+  // rounded copy (none of which is in the figures above).
+  int64_t offloaded = 0;
 };
 
 // Hooks a model can be built with before its DataParallel exists (DataParallel needs the
@@ -150,6 +164,11 @@ class DataParallel {
   void gather_parameters();
   void release_parameters();
 
+  // Offloaded: fills `compute` (the layout's parameters by name, in compute_dtype, on the
+  // device) from this rank's rounded master shards, one bucket at a time: each goes up from
+  // the host and is all-gathered over dp. Collective over dp.
+  void gather_rounded(const nn::StateDict& compute);
+  bool offloaded() const { return config_.offload_optimizer; }
   int zero_stage() const { return config_.zero_stage; }
   const FlatLayout& layout() const { return *layout_; }
   const FlatParams& flat_params() const { return *params_; }
@@ -168,11 +187,13 @@ class DataParallel {
   DataParallelConfig config_;
   Communicator* dp_;
   std::unique_ptr<FlatLayout> layout_;
+  std::unique_ptr<HostTransfers> host_;  // offloaded only
   std::unique_ptr<FlatParams> params_;
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ZeroAdamW> optimizer_;
   std::shared_ptr<Zero3Hooks> hooks_;
   std::vector<char> counted_;  // per parameter: counts in the global norm on this rank
+  bool all_gathered_ = false;  // offloaded: gather_parameters holds every bucket
 };
 
 }  // namespace tessera::parallel

@@ -19,10 +19,12 @@ Tensor flat_view(const std::shared_ptr<Storage>& storage, int64_t offset, int64_
 
 }  // namespace
 
-FlatParams::FlatParams(const FlatLayout& layout, int dp_rank, bool sharded)
-    : layout_(layout), rank_(dp_rank), sharded_(sharded) {
+FlatParams::FlatParams(const FlatLayout& layout, int dp_rank, bool sharded,
+                       const HostTransfers* host)
+    : layout_(layout), rank_(dp_rank), sharded_(sharded), offloaded_(host != nullptr) {
   TESSERA_CHECK(dp_rank >= 0 && dp_rank < layout.dp_size(), "FlatParams: dp rank ", dp_rank,
                 " is outside a group of ", layout.dp_size());
+  TESSERA_CHECK(sharded || host == nullptr, "FlatParams: host shards need the sharded layout");
   NoGradGuard no_grad;
   const auto& spaces = layout.spaces();
   const auto& buckets = layout.buckets();
@@ -36,7 +38,9 @@ FlatParams::FlatParams(const FlatLayout& layout, int dp_rank, bool sharded)
     for (const auto& b : buckets)
       storage_.push_back(std::make_shared<Storage>(
           size_t(b.numel) * dtype_size(spaces[size_t(b.space)].dtype), device));
-    for (const auto& s : spaces) shards_.push_back(zeros(Shape{s.shard_numel}, s.dtype, device));
+    for (const auto& s : spaces)
+      shards_.push_back(host != nullptr ? host->host_empty(s.shard_numel, s.dtype)
+                                        : zeros(Shape{s.shard_numel}, s.dtype, device));
   } else {
     for (const auto& s : spaces)
       storage_.push_back(std::make_shared<Storage>(size_t(s.numel) * dtype_size(s.dtype), device));
@@ -99,6 +103,17 @@ std::shared_ptr<Work> FlatParams::gather_async(int b, Communicator& dp) {
   storage_[size_t(b)]->reallocate();
   gathered_version_[size_t(b)] = storage_[size_t(b)]->version();
   peak_ = std::max(peak_, held_bytes());
+  if (offloaded_) {
+    // Up from the host first (the collective takes device tensors). Only checkpoints and
+    // evaluation gather an offloaded master, so this waits rather than keep the upload alive.
+    Tensor up = ops::to(shard(b), bucket(b).device());
+    if (dp.size() == 1)
+      backend_for(up.device()).copy(up, bucket(b));
+    else
+      dp.all_gather_async(up, bucket(b))->wait();
+    gathered_version_[size_t(b)] = storage_[size_t(b)]->version();
+    return std::make_shared<CompletedWork>();
+  }
   if (dp.size() == 1) {
     // A plain copy, without the version bump of ops::copy_: the backward pass re-gathers the
     // very values its saved tensors hold, and a bump would make them look overwritten.
@@ -129,7 +144,15 @@ int64_t FlatParams::held_bytes() const {
   int64_t bytes = 0;
   for (const auto& s : storage_)
     if (!s->released()) bytes += int64_t(s->nbytes());
-  for (const Tensor& t : shards_) bytes += int64_t(t.nbytes());
+  if (!offloaded_)
+    for (const Tensor& t : shards_) bytes += int64_t(t.nbytes());
+  return bytes;
+}
+
+int64_t FlatParams::host_bytes() const {
+  int64_t bytes = 0;
+  if (offloaded_)
+    for (const Tensor& t : shards_) bytes += int64_t(t.nbytes());
   return bytes;
 }
 

@@ -8,6 +8,8 @@
 // Unsharded (ZeRO 0-2): one storage per dtype space holds every bucket; a rank's shard of a
 // bucket is a slice of it. Sharded (ZeRO-3): one storage per bucket, released except while
 // gathered, plus one shard buffer per space that holds this rank's slices between uses.
+// Offloaded (an optimizer in host memory, host_transfers.h): sharded, with the shard buffers in
+// host memory, so the device holds none of these parameters except while gathered.
 
 #include <cstdint>
 #include <memory>
@@ -15,16 +17,20 @@
 
 #include "tessera/parallel/comm/communicator.h"
 #include "tessera/parallel/data/flat_layout.h"
+#include "tessera/parallel/data/host_transfers.h"
 
 namespace tessera::parallel {
 
 class FlatParams {
  public:
   // Moves the layout's parameters into flat storage; with `sharded`, keeps only dp_rank's shard
-  // of each bucket and frees the rest. Drops any gradient the parameters held.
-  FlatParams(const FlatLayout& layout, int dp_rank, bool sharded);
+  // of each bucket and frees the rest. Drops any gradient the parameters held. With `host`
+  // (sharded only), the shards live in its host buffers.
+  FlatParams(const FlatLayout& layout, int dp_rank, bool sharded,
+             const HostTransfers* host = nullptr);
 
   bool sharded() const { return sharded_; }
+  bool offloaded() const { return offloaded_; }
   // Bucket b's parameters, [numel] (sharded: readable only while gathered).
   Tensor bucket(int b) const;
   // This rank's shard of bucket b, [numel / dp].
@@ -43,8 +49,10 @@ class FlatParams {
   void write_back(int b);
   bool gathered(int b) const;
 
-  // Parameter memory this rank holds now, and the most it held since reset_peak(), in bytes.
+  // Parameter memory this rank holds now on the parameters' device, and the most it held since
+  // reset_peak(), in bytes; and what it holds in host memory (offloaded shards).
   int64_t held_bytes() const;
+  int64_t host_bytes() const;
   int64_t peak_bytes() const { return peak_; }
   void reset_peak() { peak_ = held_bytes(); }
 
@@ -52,6 +60,7 @@ class FlatParams {
   const FlatLayout& layout_;
   int rank_;
   bool sharded_;
+  bool offloaded_ = false;
   std::vector<std::shared_ptr<Storage>> storage_;  // per space, or per bucket when sharded
   std::vector<Tensor> shards_;                     // per space, sharded only
   std::vector<uint64_t> gathered_version_;         // per bucket, sharded only

@@ -11,18 +11,37 @@
 namespace tessera::parallel {
 
 ZeroAdamW::ZeroAdamW(const FlatLayout& layout, int stage, int dp_rank,
-                     const nn::AdamWOptions& options)
-    : layout_(layout), stage_(stage), rank_(dp_rank), options_(options) {
+                     const nn::AdamWOptions& options, HostTransfers* host, DType rounded)
+    : layout_(layout),
+      stage_(stage),
+      rank_(dp_rank),
+      options_(options),
+      host_(host),
+      rounded_dtype_(rounded),
+      device_(layout.params().front().tensor.device()) {
   options_.validate();
   for (const auto& p : layout.params())
     TESSERA_CHECK(p.tensor.dtype() == DType::f32, "data-parallel AdamW: parameter '", p.name,
                   "' must be f32 (master weights), got ", p.tensor.describe());
-  const Device device = layout.params().front().tensor.device();
+  TESSERA_CHECK(host_ == nullptr || stage_ >= 1, "data-parallel AdamW: an offloaded optimizer ",
+                "updates this rank's shards; ZeRO stage ", stage_, " has none (use 1, 2 or 3)");
+  TESSERA_CHECK(host_ == nullptr || rounded_dtype_ == DType::bf16 || rounded_dtype_ == DType::f16,
+                "data-parallel AdamW: an offloaded optimizer rounds the master to bf16 or f16, ",
+                "got ", dtype_name(rounded_dtype_));
   for (const auto& s : layout.spaces()) {
     const int64_t n = stage_ == 0 ? s.numel : s.shard_numel;
-    m_.push_back(zeros(Shape{n}, DType::f32, device));
-    v_.push_back(zeros(Shape{n}, DType::f32, device));
+    if (host_ != nullptr) {
+      m_.push_back(host_->host_empty(n, DType::f32));
+      v_.push_back(host_->host_empty(n, DType::f32));
+      host_grads_.push_back(host_->host_empty(n, DType::f32));
+      rounded_.push_back(host_->host_empty(n, rounded_dtype_));
+    } else {
+      m_.push_back(zeros(Shape{n}, DType::f32, device_));
+      v_.push_back(zeros(Shape{n}, DType::f32, device_));
+    }
   }
+  // A version no storage has yet: the first rounded_shard rounds.
+  rounded_version_.assign(layout.spaces().size(), ~uint64_t(0));
   for (size_t b = 0; b < layout.buckets().size(); ++b) {
     const int64_t n = layout.buckets()[b].numel;
     const int64_t origin = stage_ == 0 ? 0 : rank_ * (n / layout.dp_size());
@@ -64,21 +83,70 @@ void ZeroAdamW::step(const FlatParams& params, const GradReducer& grads, double 
   args.eps = float(options_.eps);
   args.step = step_;
   args.grad_scale = float(grad_scale);
+  // Offloaded: every bucket's gradient shard starts down now, in bucket order (the order of
+  // the runs), so the CPU waits only for the bucket it is about to update.
+  std::vector<int> ticket;
+  if (host_ != nullptr) {
+    TESSERA_CHECK(params.offloaded(), "data-parallel AdamW: offloaded, but the parameters' ",
+                  "shards are not in host memory");
+    host_->begin_downloads();
+    for (size_t b = 0; b < layout_.buckets().size(); ++b)
+      ticket.push_back(host_->download(grads.shard_grad(int(b)), host_region(host_grads_, int(b))));
+  }
   int cached = -1;
-  Tensor param, grad, m, v;
+  Tensor param, grad, m, v, rounded;
   for (const Run& r : runs_) {
     if (r.bucket != cached) {
       cached = r.bucket;
       param = stage_ == 0 ? params.bucket(r.bucket) : params.shard(r.bucket);
-      grad = stage_ == 0 ? grads.full_grad(r.bucket) : grads.shard_grad(r.bucket);
       m = state_of(0, r.bucket);
       v = state_of(1, r.bucket);
+      if (host_ != nullptr) {
+        host_->wait(ticket[size_t(r.bucket)]);
+        grad = host_region(host_grads_, r.bucket);
+        rounded = host_region(rounded_, r.bucket);
+      } else {
+        grad = stage_ == 0 ? grads.full_grad(r.bucket) : grads.shard_grad(r.bucket);
+      }
     }
     args.weight_decay = r.decay ? float(options_.weight_decay) : 0.0f;
     ops::adamw_step_(
         ops::narrow(param, 0, r.offset, r.length), ops::narrow(grad, 0, r.offset, r.length),
-        ops::narrow(m, 0, r.offset, r.length), ops::narrow(v, 0, r.offset, r.length), args);
+        ops::narrow(m, 0, r.offset, r.length), ops::narrow(v, 0, r.offset, r.length), args,
+        rounded.defined() ? ops::narrow(rounded, 0, r.offset, r.length) : Tensor());
   }
+  if (host_ != nullptr) {
+    host_->end_downloads();
+    // The update wrote the rounded copy of every element it changed (padding stays zero in
+    // both), so the copy is current with the master's storage as the update left it.
+    for (size_t s = 0; s < layout_.spaces().size(); ++s)
+      rounded_version_[s] = master_version(params, int(s));
+  }
+}
+
+Tensor ZeroAdamW::host_region(const std::vector<Tensor>& per_space, int b) const {
+  const auto& k = layout_.buckets()[size_t(b)];
+  return ops::narrow(per_space[size_t(k.space)], 0, k.shard_offset, layout_.shard_numel(b));
+}
+
+uint64_t ZeroAdamW::master_version(const FlatParams& params, int space) const {
+  for (size_t b = 0; b < layout_.buckets().size(); ++b)
+    if (layout_.buckets()[b].space == space) return params.shard(int(b)).storage()->version();
+  return 0;
+}
+
+Tensor ZeroAdamW::rounded_shard(const FlatParams& params, int b) {
+  TESSERA_CHECK(host_ != nullptr, "ZeroAdamW::rounded_shard: the optimizer is not offloaded");
+  const int space = layout_.buckets()[size_t(b)].space;
+  const uint64_t now = master_version(params, space);
+  if (rounded_version_[size_t(space)] != now) {
+    NoGradGuard no_grad;
+    for (size_t k = 0; k < layout_.buckets().size(); ++k)
+      if (layout_.buckets()[k].space == space)
+        ops::copy_(host_region(rounded_, int(k)), params.shard(int(k)));
+    rounded_version_[size_t(space)] = master_version(params, space);
+  }
+  return host_region(rounded_, b);
 }
 
 std::unique_ptr<nn::AdamW> ZeroAdamW::format() const {
@@ -113,8 +181,9 @@ nn::OptimizerState ZeroAdamW::gather_state(Communicator& dp) const {
       const auto& k = layout_.buckets()[b];
       Tensor whole = state_of(slot, int(b));
       if (stage_ > 0 && !views) {
-        Tensor gathered = empty(Shape{k.numel}, DType::f32, whole.device());
-        dp.all_gather(whole, gathered);
+        // Offloaded moments go up first: the collectives take the parameters' device.
+        Tensor gathered = empty(Shape{k.numel}, DType::f32, device_);
+        dp.all_gather(host_ != nullptr ? ops::to(whole, device_) : whole, gathered);
         whole = gathered;
       }
       for (int p : k.params) {
@@ -161,9 +230,18 @@ void ZeroAdamW::load_state(const nn::OptimizerState& state) {
 }
 
 int64_t ZeroAdamW::held_bytes() const {
+  if (host_ != nullptr) return 0;
   int64_t bytes = 0;
   for (const Tensor& t : m_) bytes += int64_t(t.nbytes());
   for (const Tensor& t : v_) bytes += int64_t(t.nbytes());
+  return bytes;
+}
+
+int64_t ZeroAdamW::host_bytes() const {
+  if (host_ == nullptr) return 0;
+  int64_t bytes = 0;
+  for (const auto* list : {&m_, &v_, &host_grads_, &rounded_})
+    for (const Tensor& t : *list) bytes += int64_t(t.nbytes());
   return bytes;
 }
 

@@ -12,6 +12,14 @@
 //
 // The update is elementwise, so updating shards gives bit-for-bit the values a full update
 // gives; the clip factor (and loss-scale) rides in AdamWArgs::grad_scale.
+//
+// Offloaded (ZeRO >= 1 over FlatParams with host shards): exp_avg and exp_avg_sq live in host
+// memory beside the master shard, each step downloads the reduced gradient shards bucket by
+// bucket (HostTransfers: bucket b + 1 travels while the CPU AdamW updates bucket b), and the
+// update also writes the master rounded to the compute dtype into a host buffer, for the
+// compute parameters to be gathered from (DataParallel::gather_rounded). The CPU and CUDA
+// AdamW give the same bits (tests/cuda/adamw_kernels_test.cpp), so offloading changes where
+// the update runs, never its result.
 
 #include <cstdint>
 #include <memory>
@@ -20,13 +28,17 @@
 #include "tessera/nn/optim/adamw.h"
 #include "tessera/parallel/data/flat_params.h"
 #include "tessera/parallel/data/grad_reducer.h"
+#include "tessera/parallel/data/host_transfers.h"
 
 namespace tessera::parallel {
 
 class ZeroAdamW {
  public:
-  // stage 0: full state; stage >= 1: this rank's shards. Parameters must be f32.
-  ZeroAdamW(const FlatLayout& layout, int stage, int dp_rank, const nn::AdamWOptions& options);
+  // stage 0: full state; stage >= 1: this rank's shards. Parameters must be f32. With `host`
+  // (stage >= 1, FlatParams offloaded through it), the state and the update are in host
+  // memory, and `rounded` (bf16 or f16) is the dtype the updated master is rounded to there.
+  ZeroAdamW(const FlatLayout& layout, int stage, int dp_rank, const nn::AdamWOptions& options,
+            HostTransfers* host = nullptr, DType rounded = DType::f32);
 
   // One update of this rank's region from the reduced gradients, every gradient multiplied by
   // grad_scale first. Does not all-gather (the caller does, per stage).
@@ -36,8 +48,16 @@ class ZeroAdamW {
   void set_lr(double lr);
   int64_t step_count() const { return step_; }
   const nn::AdamWOptions& options() const { return options_; }
-  // exp_avg and exp_avg_sq memory this rank holds, in bytes.
+  // exp_avg and exp_avg_sq memory this rank holds on the parameters' device, in bytes; and in
+  // host memory (offloaded: the moments, the gradient downloads and the rounded copy).
   int64_t held_bytes() const;
+  int64_t host_bytes() const;
+  bool offloaded() const { return host_ != nullptr; }
+
+  // Offloaded: this rank's shard of bucket b's master rounded to the compute dtype, in host
+  // memory, current with `params` (rounded again here if they were written since the last
+  // update, as a checkpoint load does).
+  Tensor rounded_shard(const FlatParams& params, int b);
 
   // exp_avg (slot 0) or exp_avg_sq (slot 1) of bucket b's region: the whole bucket at ZeRO 0,
   // this rank's shard otherwise.
@@ -63,6 +83,10 @@ class ZeroAdamW {
   // An nn::AdamW over the layout's parameters: the reference format (it reads only their
   // shapes, so it works while ZeRO-3 has them freed).
   std::unique_ptr<nn::AdamW> format() const;
+  // Bucket b's slice of a per-space host buffer (this rank's shard).
+  Tensor host_region(const std::vector<Tensor>& per_space, int b) const;
+  // The version of the storage holding this rank's master shard of `space`.
+  uint64_t master_version(const FlatParams& params, int space) const;
   // The same over zero-element stand-ins (same names and ranks): the format's names, order and
   // scalars without moments of the parameters' size.
   std::unique_ptr<nn::AdamW> stand_in_format() const;
@@ -74,6 +98,13 @@ class ZeroAdamW {
   int64_t step_ = 0;
   std::vector<Run> runs_;
   std::vector<Tensor> m_, v_;  // per space
+  // Offloaded: the downloads' gradient shards and the rounded master, per space, in host
+  // memory, and the master shards' storage versions the rounded copy was made from.
+  HostTransfers* host_ = nullptr;
+  DType rounded_dtype_ = DType::f32;
+  std::vector<Tensor> host_grads_, rounded_;
+  std::vector<uint64_t> rounded_version_;
+  Device device_;
 };
 
 }  // namespace tessera::parallel

@@ -10,20 +10,18 @@ namespace tessera::parallel {
 std::string ParallelConfig::describe() const {
   const std::string dtype =
       precision == nn::Precision::fp32 ? "" : str_cat(", ", nn::precision_name(precision));
-  return str_cat(mesh.to_string(), ", ZeRO-", zero_stage, ", ",
-                 mesh.size("pp") > 1 ? schedule_kind_name(schedule) : "no pipeline", " v",
-                 virtual_stages, " m", microbatches, sequence_parallel ? ", sequence parallel" : "",
-                 ", batch ", batch_size, " x ", seq_len, dtype,
-                 bucket_mb > 0 ? str_cat(", buckets of ", bucket_mb, " MiB") : "",
-                 grad_compression.compressing()
-                     ? str_cat(", compression ", grad_compression.describe())
-                     : "",
-                 overlap ? "" : ", reductions after backward",
-                 zero_stage == 3 && !zero3_prefetch ? ", no prefetch" : "",
-                 recompute.mode == nn::RecomputeMode::none
-                     ? ""
-                     : str_cat(", recompute ", recompute.describe()),
-                 device.is_cpu() ? "" : str_cat(", on ", device.to_string()));
+  return str_cat(
+      mesh.to_string(), ", ZeRO-", zero_stage, ", ",
+      mesh.size("pp") > 1 ? schedule_kind_name(schedule) : "no pipeline", " v", virtual_stages,
+      " m", microbatches, sequence_parallel ? ", sequence parallel" : "", ", batch ", batch_size,
+      " x ", seq_len, dtype, bucket_mb > 0 ? str_cat(", buckets of ", bucket_mb, " MiB") : "",
+      grad_compression.compressing() ? str_cat(", compression ", grad_compression.describe()) : "",
+      overlap ? "" : ", reductions after backward",
+      zero_stage == 3 && !zero3_prefetch ? ", no prefetch" : "",
+      offload_optimizer ? ", optimizer offloaded" : "",
+      recompute.mode == nn::RecomputeMode::none ? ""
+                                                : str_cat(", recompute ", recompute.describe()),
+      device.is_cpu() ? "" : str_cat(", on ", device.to_string()));
 }
 
 std::string layout_error(const ParallelConfig& c, const nn::GPTConfig& model, int world_size) {
@@ -54,6 +52,17 @@ std::string layout_error(const ParallelConfig& c, const nn::GPTConfig& model, in
                                                      c.precision == nn::Precision::fp16);
       !why.empty())
     return why;
+  if (c.offload_optimizer) {
+    if (!c.device.is_cuda())
+      return str_cat("optimizer offload moves the optimizer from a GPU to host memory; on ",
+                     c.device.to_string(), " it is in host memory already");
+    if (c.precision == nn::Precision::fp32)
+      return "optimizer offload needs bf16 or fp16: under fp32 the model computes with the "
+             "master weights, which offload keeps off the device";
+    if (c.zero_stage == 0 && dp > 1)
+      return str_cat("optimizer offload updates each rank's shard on the host, and ZeRO 0 at dp ",
+                     dp, " has every rank update all of it: use ZeRO 1, 2 or 3");
+  }
   if (c.virtual_stages > 1 && pp == 1)
     return str_cat("virtual stages V = ", c.virtual_stages,
                    " need a pipeline (pp > 1); with pp = 1 use V = 1");

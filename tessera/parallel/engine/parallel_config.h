@@ -35,6 +35,11 @@ struct ParallelConfig {
   GradCompression grad_compression;
   // ZeRO-3: all-gather the next unit while the current one computes (on by default).
   bool zero3_prefetch = true;
+  // ZeRO-Offload: the fp32 master, AdamW's moments and the update in host memory, the reduced
+  // gradients streamed down and the bf16/fp16 parameters up each step (data_parallel.h). On a
+  // CUDA device, under bf16 or fp16, at ZeRO 1-3 (or one GPU: dp 1, where ZeRO 0 and 1 are
+  // the same layout and it runs as ZeRO 1).
+  bool offload_optimizer = false;
   // DP reductions start from the backward hooks as buckets fill (on by default); off: after
   // backward, for measuring what overlap hides (bench_overlap).
   bool overlap = true;

@@ -56,6 +56,10 @@ ParallelPrecision::ParallelPrecision(nn::Precision precision, const nn::StateDic
                   " leaf that requires grad, same shape and device)");
     TESSERA_CHECK(precision_ != nn::Precision::fp32 || c.is_same(m), "parallel precision (fp32): '",
                   cname, "' must be the master tensor itself");
+    TESSERA_CHECK(!dp.offloaded() || precision_ != nn::Precision::fp32,
+                  "parallel precision (fp32): an offloaded optimizer keeps the master off the ",
+                  "device, and under fp32 the model computes with the master itself (use bf16 or ",
+                  "fp16)");
     if (precision_ != nn::Precision::fp32) register_grad_bridge(c, m);
   }
   sync_compute();
@@ -86,6 +90,8 @@ PrecisionStepResult ParallelPrecision::step() {
 void ParallelPrecision::sync_compute() {
   if (precision_ == nn::Precision::fp32) return;
   NoGradGuard no_grad;
+  // Offloaded, the host rounded the master already: gather those 16-bit shards instead.
+  if (dp_->offloaded()) return dp_->gather_rounded(compute_);
   // ZeRO-3 holds only a shard of the master: gather it for the copy and free it again.
   dp_->gather_parameters();
   for (size_t i = 0; i < master_.size(); ++i) ops::copy_(compute_[i].second, master_[i].second);

@@ -21,6 +21,10 @@
 //  - After an update the master weights are rounded into the compute parameters (ZeRO-3
 //    gathers the master for it and frees it again).
 //
+// With the optimizer offloaded (DataParallel's offload_optimizer), the master shards live in host
+// memory and the host's AdamW rounds them as it updates; sync_compute all-gathers those 16-bit
+// shards into the compute parameters, so no fp32 copy of the model is on the device.
+//
 // The compute chunks hold their whole parameters in the compute dtype (half the bytes of the
 // fp32 model); at ZeRO-3 that is on top of the fp32 shard, so bf16 ZeRO-3 saves the master and
 // optimizer memory but not the compute copy (trainer's RankMemory counts it in parameters).

@@ -86,6 +86,9 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
 
   DataParallelConfig dc;
   dc.zero_stage = config_.zero_stage;
+  // Offload updates a shard; at dp 1 ZeRO 0's whole state is ZeRO 1's one shard, bit for bit.
+  if (config_.offload_optimizer && shape.size("dp") == 1)
+    dc.zero_stage = std::max(1, dc.zero_stage);
   // Unit buckets by default (one per block, the embedding, the head): ZeRO 0-3 then share one
   // layout and one reduction order, so the stages are bit-identical (layout_exact_test.cpp),
   // and a GPT-2 124M block is 27 MiB in fp32, about PyTorch DDP's 25 MiB. bucket_mb > 0
@@ -99,6 +102,8 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
   dc.max_grad_norm = config_.max_grad_norm;
   dc.compression = config_.grad_compression;
   dc.zero3_prefetch = config_.zero3_prefetch;
+  dc.offload_optimizer = config_.offload_optimizer;
+  if (mixed) dc.compute_dtype = nn::compute_dtype(config_.precision);
   dc.overlap = config_.overlap;
   dc.param_meta = [this](const std::string& name) { return meta_of(name); };
   dc.tp = &mesh_->tp();
@@ -192,6 +197,7 @@ ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor
   out.memory.parameters_peak = m.parameters_peak + compute_bytes;
   out.memory.gradients = m.gradients;
   out.memory.optimizer_state = m.optimizer_state;
+  out.memory.offloaded = m.offloaded;
   out.comm_seconds = world_->clock()->seconds();
   out.comm_wire_bytes = world_->traffic().total_wire_bytes();
   out.comm_message_bytes = world_->traffic().total_message_bytes();
@@ -203,6 +209,9 @@ ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor
 nn::StateDict ParallelTrainer::gather_full_state() {
   dp_->gather_parameters();
   nn::StateDict full = gather_model_state(masters_, *mesh_);
+  // One rank gets views of the master; a sharded one (ZeRO-3, offloaded) is freed next.
+  if (mesh_->world().size() == 1 && dp_->flat_params().sharded())
+    for (auto& [name, t] : full) t = ops::clone(t);
   dp_->release_parameters();
   return full;
 }

@@ -55,6 +55,9 @@ struct RankMemory {
   int64_t gradients = 0;
   int64_t optimizer_state = 0;
   int64_t activations = 0;
+  // Host bytes of an offloaded optimizer: master shard, moments, gradient downloads, rounded
+  // copy (the figures above are the device's).
+  int64_t offloaded = 0;
 };
 
 struct ParallelStepStats {

@@ -1,0 +1,53 @@
+#pragma once
+// HostTransfers: the copies between a device and host memory that an offloaded optimizer makes
+// each step (ZeRO-Offload, Ren et al. 2021): reduced gradients down, updated parameters up.
+//
+// On a CUDA device the host buffers are page-locked and the downloads run on the communication
+// stream, after an event from the compute stream (so they see every kernel queued before
+// them), each followed by an event the host waits on before it reads that buffer: bucket b + 1
+// travels while the CPU updates bucket b. On the CPU there is nothing to move: buffers are
+// plain host memory and a download is a copy.
+//
+//   HostTransfers t(Device::cuda());
+//   Tensor host = t.host_empty(n, DType::f32);
+//   t.begin_downloads();                       // after the gradients' last kernel is queued
+//   int ticket = t.download(device_grad, host);
+//   t.wait(ticket);                            // host may now read `host`
+//   t.end_downloads();
+
+#include <cstdint>
+#include <vector>
+
+#include "tessera/core/tensor.h"
+
+namespace tessera::parallel {
+
+class HostTransfers {
+ public:
+  explicit HostTransfers(Device device);
+  ~HostTransfers();
+  HostTransfers(const HostTransfers&) = delete;
+  HostTransfers& operator=(const HostTransfers&) = delete;
+
+  Device device() const { return device_; }
+  // A contiguous [numel] host tensor, page-locked when the device is a GPU, zero-filled.
+  Tensor host_empty(int64_t numel, DType dtype) const;
+
+  // Orders the downloads that follow after the device work queued so far.
+  void begin_downloads();
+  // Starts copying contiguous device tensor `src` into host tensor `dst` (same dtype and
+  // element count); returns the ticket to wait on.
+  int download(const Tensor& src, const Tensor& dst);
+  // Blocks until download `ticket` has landed.
+  void wait(int ticket);
+  // Waits for every download still in flight and forgets the tickets.
+  void end_downloads();
+
+ private:
+  Device device_;
+  bool streams_ = false;  // a CUDA backend with StreamOrder serves device_
+  std::vector<void*> events_;
+  std::vector<bool> waited_;
+};
+
+}  // namespace tessera::parallel
