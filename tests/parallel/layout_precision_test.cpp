@@ -80,7 +80,9 @@ LayoutRun run_layout_bf16(const nn::GPTConfig& model, const ParallelConfig& p,
   }
   const ParallelPrecision& precision = trainer.precision();
   EXPECT_FALSE(precision.compute().empty()) << what;
-  trainer.data_parallel().gather_parameters();  // ZeRO-3: the master is sharded
+  // ZeRO-3: the master is sharded, and so is the compute copy.
+  trainer.data_parallel().gather_parameters();
+  trainer.data_parallel().gather_compute_parameters();
   for (size_t i = 0; i < precision.compute().size(); ++i) {
     const auto& [name, c] = precision.compute()[i];
     const Tensor& m = precision.master()[i].second;
@@ -89,6 +91,7 @@ LayoutRun run_layout_bf16(const nn::GPTConfig& model, const ParallelConfig& p,
               to_vector<float>(ops::cast(ops::cast(m, DType::bf16), DType::f32)))
         << what << " " << name << ": the compute parameter is not round(master)";
   }
+  trainer.data_parallel().release_compute_parameters();
   trainer.data_parallel().release_parameters();
   r.weights = trainer.gather_full_state();
   return r;

@@ -91,6 +91,32 @@ DataParallel::DataParallel(const nn::StateDict& params, Communicator& dp, DataPa
                                            config_.compute_dtype);
   if (stage == 3)
     hooks_ = std::make_shared<Zero3Hooks>(*layout_, *params_, *dp_, config_.zero3_prefetch);
+  if (!config_.compute.empty()) {
+    TESSERA_CHECK(stage == 3, "DataParallel: a sharded compute copy is for ZeRO-3 (stage ", stage,
+                  " keeps the compute copy whole)");
+    TESSERA_CHECK(config_.compute.size() == params.size(), "DataParallel: ", config_.compute.size(),
+                  " compute parameters for ", params.size(), " master parameters");
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Tensor& c = config_.compute[i].second;
+      TESSERA_CHECK(config_.compute[i].first == params[i].first && c.defined() &&
+                        c.dtype() == config_.compute_dtype && c.shape() == params[i].second.shape(),
+                    "DataParallel: compute parameter ", i, " is '", config_.compute[i].first, "' ",
+                    c.defined() ? c.describe() : std::string("undefined"), "; expected '",
+                    params[i].first, "' in ", dtype_name(config_.compute_dtype), " shaped ",
+                    params[i].second.shape().to_string());
+    }
+    compute_layout_ = std::make_unique<FlatLayout>(config_.compute, lo);
+    // Same names, shapes, units and padding rule: every bucket matches the master's element for
+    // element, so a compute shard is exactly its master shard rounded.
+    for (size_t b = 0; b < layout_->buckets().size(); ++b)
+      TESSERA_ASSERT(
+          compute_layout_->buckets()[b].numel == layout_->buckets()[b].numel &&
+              compute_layout_->buckets()[b].shard_offset == layout_->buckets()[b].shard_offset,
+          "the compute layout's bucket ", b, " differs from the master's");
+    compute_params_ = std::make_unique<FlatParams>(*compute_layout_, dp_->rank(), true);
+    compute_hooks_ = std::make_shared<Zero3Hooks>(*compute_layout_, *compute_params_, *dp_,
+                                                  config_.zero3_prefetch);
+  }
   const int tp_rank = config_.tp != nullptr ? config_.tp->rank() : 0;
   for (const auto& p : layout_->params())
     counted_.push_back(
@@ -113,6 +139,7 @@ void DataParallel::backward(const Tensor& loss, bool sync) {
 void DataParallel::finish() {
   reducer_->finish();
   if (hooks_) hooks_->finish();
+  if (compute_hooks_) compute_hooks_->finish();
 }
 
 std::vector<Tensor> DataParallel::norm_pieces() const {
@@ -155,6 +182,7 @@ StepResult DataParallel::step(double grad_scale) {
                 "must be finite and positive, got ", grad_scale);
   StepResult r;
   if (hooks_) hooks_->end_step();  // before the shards change: unused prefetches go
+  if (compute_hooks_) compute_hooks_->end_step();
   GradNorm norm = grad_norm();
   r.grad_norm = norm.norm * grad_scale;
   r.finite = norm.finite;
@@ -190,6 +218,14 @@ void DataParallel::release_parameters() {
   all_gathered_ = false;
 }
 
+void DataParallel::gather_compute_parameters() {
+  if (compute_hooks_) compute_hooks_->gather_all();
+}
+
+void DataParallel::release_compute_parameters() {
+  if (compute_hooks_) compute_hooks_->release_all();
+}
+
 void DataParallel::gather_rounded(const nn::StateDict& compute) {
   TESSERA_CHECK(offloaded(), "DataParallel::gather_rounded: the optimizer is not offloaded");
   TESSERA_CHECK(compute.size() == layout_->params().size(),
@@ -220,10 +256,27 @@ void DataParallel::gather_rounded(const nn::StateDict& compute) {
   }
 }
 
+void DataParallel::sync_compute_shards() {
+  TESSERA_CHECK(shards_compute(), "DataParallel::sync_compute_shards: no sharded compute copy");
+  NoGradGuard no_grad;
+  for (size_t b = 0; b < layout_->buckets().size(); ++b) {
+    const Tensor shard = compute_params_->shard(int(b));
+    if (params_->offloaded())
+      ops::copy_(shard, optimizer_->rounded_shard(*params_, int(b)));  // up from the host
+    else
+      ops::copy_(shard, params_->shard(int(b)));  // rounded to nearest even, as a gather-then-round
+  }
+  compute_hooks_->refresh();
+}
+
 MemoryStats DataParallel::memory() const {
   MemoryStats m{params_->held_bytes(), reducer_->held_bytes(), optimizer_->held_bytes(),
                 std::max(params_->peak_bytes(), params_->held_bytes())};
   m.offloaded = params_->host_bytes() + optimizer_->host_bytes();
+  if (compute_params_) {
+    m.compute = compute_params_->held_bytes();
+    m.compute_peak = std::max(compute_params_->peak_bytes(), m.compute);
+  }
   return m;
 }
 

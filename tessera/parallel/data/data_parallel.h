@@ -71,6 +71,11 @@ struct DataParallelConfig {
   // copy is rounded to compute_dtype (bf16 or f16) on the host and filled by gather_rounded.
   bool offload_optimizer = false;
   DType compute_dtype = DType::bf16;
+  // ZeRO-3 under mixed precision: the model's compute copy (the master's names and shapes, in
+  // compute_dtype), sharded like the master and gathered per unit by compute_unit_hooks(), so
+  // no rank holds it whole. Its shards are the master's rounded (sync_compute_shards), a local
+  // cast, with no collective. Empty: the caller keeps its compute copy whole.
+  nn::StateDict compute;
   // Start each bucket's reduction from the backward hooks as it fills; false: all of them
   // from finish(), after backward (what overlap is measured against).
   bool overlap = true;
@@ -98,6 +103,9 @@ struct MemoryStats {
   int64_t gradients = 0;
   int64_t optimizer_state = 0;
   int64_t parameters_peak = 0;  // ZeRO-3: the most parameter memory held during use
+  // A sharded compute copy (DataParallelConfig::compute): held now, and the most held in use.
+  int64_t compute = 0;
+  int64_t compute_peak = 0;
   // Offloaded: host bytes of the master shard, the moments, the gradient downloads and the
   // rounded copy (none of which is in the figures above).
   int64_t offloaded = 0;
@@ -133,6 +141,12 @@ class DataParallel {
 
   // ZeRO-3: the hooks the model calls around each unit; null below ZeRO-3.
   std::shared_ptr<nn::UnitHooks> unit_hooks() const { return hooks_; }
+  // The same for the sharded compute copy (DataParallelConfig::compute), or null.
+  std::shared_ptr<nn::UnitHooks> compute_unit_hooks() const { return compute_hooks_; }
+  bool shards_compute() const { return compute_hooks_ != nullptr; }
+  // Rounds this rank's master shards (offloaded: the host's rounded copy) into the compute
+  // copy's shards and re-gathers what is held. Local: no collective unless units are held.
+  void sync_compute_shards();
 
   // loss.backward() then finish(). `sync` false on all but the last micro-batch of a step.
   void backward(const Tensor& loss, bool sync = true);
@@ -163,6 +177,11 @@ class DataParallel {
   // parameters are always whole there). Collective.
   void gather_parameters();
   void release_parameters();
+  // The same for the sharded compute copy (DataParallelConfig::compute), to read it outside the
+  // units; release drops it (the copy is derived: sync_compute_shards rewrites it). No-ops
+  // without one. Collective.
+  void gather_compute_parameters();
+  void release_compute_parameters();
 
   // Offloaded: fills `compute` (the layout's parameters by name, in compute_dtype, on the
   // device) from this rank's rounded master shards, one bucket at a time: each goes up from
@@ -192,6 +211,11 @@ class DataParallel {
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ZeroAdamW> optimizer_;
   std::shared_ptr<Zero3Hooks> hooks_;
+  // The sharded compute copy (DataParallelConfig::compute): its layout, which matches the
+  // master's bucket for bucket, its flat storage, and the hooks its model calls.
+  std::unique_ptr<FlatLayout> compute_layout_;
+  std::unique_ptr<FlatParams> compute_params_;
+  std::shared_ptr<Zero3Hooks> compute_hooks_;
   std::vector<char> counted_;  // per parameter: counts in the global norm on this rank
   bool all_gathered_ = false;  // offloaded: gather_parameters holds every bucket
 };

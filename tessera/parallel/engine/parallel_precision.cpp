@@ -90,6 +90,8 @@ PrecisionStepResult ParallelPrecision::step() {
 void ParallelPrecision::sync_compute() {
   if (precision_ == nn::Precision::fp32) return;
   NoGradGuard no_grad;
+  // ZeRO-3 shards the compute copy too: each rank rounds its own shard, no gather.
+  if (dp_->shards_compute()) return dp_->sync_compute_shards();
   // Offloaded, the host rounded the master already: gather those 16-bit shards instead.
   if (dp_->offloaded()) return dp_->gather_rounded(compute_);
   // ZeRO-3 holds only a shard of the master: gather it for the copy and free it again.
@@ -100,9 +102,15 @@ void ParallelPrecision::sync_compute() {
 
 int64_t ParallelPrecision::compute_bytes() const {
   if (precision_ == nn::Precision::fp32) return 0;
+  if (dp_->shards_compute()) return dp_->memory().compute;
   int64_t bytes = 0;
   for (const auto& [name, c] : compute_) bytes += c.nbytes();
   return bytes;
+}
+
+int64_t ParallelPrecision::compute_peak_bytes() const {
+  if (dp_->shards_compute()) return dp_->memory().compute_peak;
+  return compute_bytes();
 }
 
 nlohmann::json ParallelPrecision::state() const {

@@ -18,16 +18,19 @@
 //    group, so an inf on one rank reaches all), and the scaler, updated from that same number
 //    everywhere, backs off alike on every rank. Unscaling and clipping ride in the update's
 //    grad_scale.
-//  - After an update the master weights are rounded into the compute parameters (ZeRO-3
-//    gathers the master for it and frees it again).
+//  - After an update the master weights are rounded into the compute parameters.
 //
 // With the optimizer offloaded (DataParallel's offload_optimizer), the master shards live in host
 // memory and the host's AdamW rounds them as it updates; sync_compute all-gathers those 16-bit
-// shards into the compute parameters, so no fp32 copy of the model is on the device.
+// shards into the compute parameters (at ZeRO-3 copies each into its compute shard), so no fp32
+// copy of the model is on the device.
 //
-// The compute chunks hold their whole parameters in the compute dtype (half the bytes of the
-// fp32 model); at ZeRO-3 that is on top of the fp32 shard, so bf16 ZeRO-3 saves the master and
-// optimizer memory but not the compute copy (trainer's RankMemory counts it in parameters).
+// Below ZeRO-3 the compute chunks hold their whole parameters in the compute dtype (half the
+// bytes of the fp32 model). At ZeRO-3 DataParallel shards them like the master
+// (DataParallelConfig::compute): each unit is all-gathered in the compute dtype just before it
+// runs (half the bytes of gathering the fp32 master) and freed after, and sync_compute rounds
+// each rank's master shard into its compute shard locally, which gives the bits of rounding the
+// gathered master, since rounding is elementwise.
 
 #include <cstdint>
 
@@ -72,8 +75,10 @@ class ParallelPrecision {
   // Collective over dp at ZeRO-3.
   void sync_compute();
 
-  // Bytes of the compute parameters (0 under fp32: they are the master).
+  // Bytes of the compute parameters this rank holds (0 under fp32: they are the master; at
+  // ZeRO-3 the shard), and the most it held while units were gathered.
   int64_t compute_bytes() const;
+  int64_t compute_peak_bytes() const;
 
   // nn::MixedPrecision::state()'s format, so single-process and parallel checkpoints resume
   // each other: {"precision": ..., "loss_scaler": ... (fp16)}.

@@ -49,6 +49,7 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
   if (mesh_->pp().transfers_in_issue_order()) schedule_ = nccl_issue_order(schedule_);
 
   hooks_ = std::make_shared<DeferredUnitHooks>();
+  compute_hooks_ = std::make_shared<DeferredUnitHooks>();
   const bool mixed = config_.precision != nn::Precision::fp32;
   std::vector<std::shared_ptr<nn::GPT>> compute;
   nn::StateDict params, compute_params;
@@ -66,8 +67,9 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
       metas_.emplace(name, chunk->param_meta(name));
     }
     if (mixed) {
-      // Its parameters are always whole (rounded from the master), so it needs no ZeRO-3 hooks.
-      mp.hooks = nullptr;
+      // Below ZeRO-3 its parameters are whole (rounded from the master); at ZeRO-3 they are
+      // sharded like the master and gathered per unit in the compute dtype (data_parallel.h).
+      mp.hooks = config_.zero_stage == 3 ? compute_hooks_ : nullptr;
       auto c16 = std::make_shared<nn::GPT>(model_, nn::compute_dtype(config_.precision), mp);
       c16->set_recompute(config_.recompute);
       nn::move_to_device(c16->state_dict(), config_.device);
@@ -104,6 +106,7 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
   dc.zero3_prefetch = config_.zero3_prefetch;
   dc.offload_optimizer = config_.offload_optimizer;
   if (mixed) dc.compute_dtype = nn::compute_dtype(config_.precision);
+  if (mixed && config_.zero_stage == 3) dc.compute = compute_params;
   dc.overlap = config_.overlap;
   dc.param_meta = [this](const std::string& name) { return meta_of(name); };
   dc.tp = &mesh_->tp();
@@ -115,6 +118,7 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
   }
   dp_ = std::make_unique<DataParallel>(params, mesh_->dp(), std::move(dc));
   hooks_->set_target(dp_->unit_hooks());
+  compute_hooks_->set_target(dp_->compute_unit_hooks());
   stage_->set_data_parallel(dp_.get());
   precision_ = std::make_unique<ParallelPrecision>(config_.precision, params, compute_params, *dp_,
                                                    config_.loss_scaler);
@@ -123,6 +127,7 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
 ParallelTrainer::~ParallelTrainer() {
   // The chunks' hooks forward to DataParallel's, which dies first.
   if (hooks_) hooks_->set_target(nullptr);
+  if (compute_hooks_) compute_hooks_->set_target(nullptr);
 }
 
 nn::ParamMeta ParallelTrainer::meta_of(const std::string& name) const {
@@ -192,9 +197,8 @@ ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor
   out.loss_scale = ps.loss_scale;
   out.skipped = ps.skipped;
   const MemoryStats m = dp_->memory();
-  const int64_t compute_bytes = precision_->compute_bytes();
-  out.memory.parameters = m.parameters + compute_bytes;
-  out.memory.parameters_peak = m.parameters_peak + compute_bytes;
+  out.memory.parameters = m.parameters + precision_->compute_bytes();
+  out.memory.parameters_peak = m.parameters_peak + precision_->compute_peak_bytes();
   out.memory.gradients = m.gradients;
   out.memory.optimizer_state = m.optimizer_state;
   out.memory.offloaded = m.offloaded;

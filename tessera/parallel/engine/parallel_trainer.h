@@ -48,7 +48,8 @@ namespace tessera::parallel {
 // units are gathered) and the activations, measured as the allocator's peak during the forward
 // and backward passes above what was live when they began (saved activations, micro-batches in
 // flight, transient gradient staging and gathered ZeRO-3 units). Under bf16/fp16 parameters
-// also counts the compute-dtype copies the pipeline runs.
+// also counts the compute-dtype copies the pipeline runs (at ZeRO-3 their shard, and the units
+// gathered in parameters_peak).
 struct RankMemory {
   int64_t parameters = 0;
   int64_t parameters_peak = 0;
@@ -148,6 +149,7 @@ class ParallelTrainer {
   std::shared_ptr<tp::TensorParallel> tp_;
   Schedule schedule_;
   std::shared_ptr<DeferredUnitHooks> hooks_;
+  std::shared_ptr<DeferredUnitHooks> compute_hooks_;  // the compute chunks' (ZeRO-3, bf16/fp16)
   std::unique_ptr<GptPipelineStage> stage_;
   std::unique_ptr<DataParallel> dp_;
   std::vector<std::shared_ptr<nn::GPT>> masters_;  // fp32 chunks: DataParallel's parameters
