@@ -44,6 +44,9 @@ Communicator::Communicator(std::string name, CommOptions options,
       traffic_(traffic ? std::move(traffic) : std::make_shared<CommTraffic>()) {
   TESSERA_CHECK(options_.timeout_seconds > 0, "communicator ", name_,
                 ": timeout must be positive, got ", options_.timeout_seconds);
+  TESSERA_CHECK(options_.mpi_exchange_max_ranks >= 1, "communicator ", name_,
+                ": mpi_exchange_max_ranks must be at least 1, got ",
+                options_.mpi_exchange_max_ranks);
 }
 
 std::string Communicator::describe_call(const char* collective, const Tensor& x) const {

@@ -53,6 +53,10 @@ CommWait parse_comm_wait(const std::string& value, const std::string& where);
 struct CommOptions {
   double timeout_seconds = 600.0;
   CommWait wait = CommWait::automatic;
+  // MPI only: groups up to this size move float sums and gathers as point-to-point exchanges
+  // (comm/detail/mpi_exchange.h), larger ones through MPI's collectives. The bits are the
+  // same either way.
+  int mpi_exchange_max_ranks = 16;
 };
 
 class Communicator {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <thread>
 #include <type_traits>
@@ -13,6 +14,7 @@
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/elementwise.h"
 #include "tessera/core/ops/movement.h"
+#include "tessera/parallel/comm/detail/mpi_exchange.h"
 #include "tessera/parallel/comm/detail/poll_until_done.h"
 
 namespace tessera::parallel {
@@ -59,7 +61,7 @@ void check_cpu(const Tensor& t, const char* what) {
 // following phase (or finishes the work, e.g. dividing for avg).
 class MpiWork final : public Work {
  public:
-  using Phase = std::function<std::vector<MPI_Request>()>;
+  using Phase = MpiPhase;
 
   MpiWork(std::vector<Phase> phases, std::function<std::string()> describe,
           const CommOptions& options, std::vector<Tensor> keep_alive)
@@ -110,45 +112,26 @@ class MpiWork final : public Work {
   size_t next_ = 0;
 };
 
-// out = (part 0 + part 1 + ... + part n-1) * scale, left to right, where part j is elements
-// [j len, (j + 1) len) of `parts`; out is contiguous, f32 or f64, len elements. One rounding per
-// add, in this order whatever the size: small sums take a plain loop (the ops' dispatch costs
-// more than the adds below ~64 KiB), large ones the ops (threaded), with the same arithmetic.
-void sum_in_rank_order(const Tensor& parts, int n, int64_t len, const Tensor& out, double scale) {
-  constexpr int64_t kPlainLoopBytes = 64 << 10;
-  if (len * n * int64_t(dtype_size(out.dtype())) > kPlainLoopBytes) {
-    ops::copy_(out, ops::narrow(parts, 0, 0, len));
-    for (int j = 1; j < n; ++j) ops::add_(out, ops::narrow(parts, 0, int64_t(j) * len, len));
-    if (scale != 1.0) ops::mul_(out, scale);
-    return;
-  }
-  auto loop = [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    const T* p = static_cast<const T*>(parts.data_ptr("all_reduce"));
-    T* o = static_cast<T*>(out.data_ptr("all_reduce"));
-    for (int64_t i = 0; i < len; ++i) o[i] = p[i];
-    for (int j = 1; j < n; ++j)
-      for (int64_t i = 0; i < len; ++i) o[i] += p[int64_t(j) * len + i];
-    if (scale != 1.0)
-      for (int64_t i = 0; i < len; ++i) o[i] *= T(scale);
-  };
-  if (out.dtype() == DType::f64)
-    loop(static_cast<double*>(nullptr));
-  else
-    loop(static_cast<float*>(nullptr));
-}
-
 // The phases of a floating-point sum reduce-scatter of `in` (n chunks of `chunk` elements) into
-// `out` (chunk elements): an all-to-all that brings chunk r of every rank to rank r, then their
+// `out` (chunk elements): an exchange that brings chunk r of every rank to rank r, then their
 // sum in rank order on that rank, times `scale`. The order is fixed, so the bits do not depend
 // on the algorithm MPI picks for a message size; and MPICH's nonblocking reduce-scatter is slow
-// at mid sizes: 1.04 ms for 1 MiB on two ranks here, where this all-to-all took 65 us.
+// at mid sizes: 1.04 ms for 1 MiB on two ranks here, where an all-to-all took 65 us. Up to
+// CommOptions::mpi_exchange_max_ranks the exchange is point to point under `tag`, and the
+// rank's own chunk is summed from `in` where it lies; past it (tag < 0), MPI_Ialltoall. `out` may
+// be in's own chunk (the all-reduce). Widening (bf16/f16 chunks into f32): the casts are exact, the
+// sum is in f32.
 std::vector<MpiWork::Phase> ordered_reduce_scatter(const Tensor& in, const Tensor& out,
-                                                   int64_t chunk, int n, MPI_Datatype type,
-                                                   MPI_Comm comm, double scale) {
+                                                   int64_t chunk, int rank, int n, int tag,
+                                                   MPI_Datatype type, MPI_Comm comm, double scale) {
   const Tensor flat_in = ops::reshape(in, {chunk * n}), flat_out = ops::reshape(out, {chunk});
   const Tensor gathered = empty({chunk * n}, in.dtype());
+  const bool widening = in.dtype() != out.dtype(), exchange = tag >= 0;
+  const size_t stride = size_t(chunk) * dtype_size(in.dtype());
   return {[=] {
+            if (exchange)
+              return post_exchange(flat_in.data_ptr(), stride, gathered.data_ptr(), stride,
+                                   int(chunk), type, tag, comm);
             MPI_Request r;
             check_mpi(MPI_Ialltoall(flat_in.data_ptr(), int(chunk), type, gathered.data_ptr(),
                                     int(chunk), type, comm, &r),
@@ -156,8 +139,21 @@ std::vector<MpiWork::Phase> ordered_reduce_scatter(const Tensor& in, const Tenso
             return std::vector<MPI_Request>{r};
           },
           [=] {
-            // Widening (bf16/f16 chunks into f32): the casts are exact, the sum is in f32.
-            sum_in_rank_order(ops::cast(gathered, out.dtype()), n, chunk, flat_out, scale);
+            const Tensor own = ops::narrow(flat_in, 0, int64_t(rank) * chunk, chunk);
+            Tensor from = gathered;
+            if (widening) {
+              if (exchange) ops::copy_(ops::narrow(gathered, 0, int64_t(rank) * chunk, chunk), own);
+              from = ops::cast(gathered, out.dtype());
+            }
+            const size_t bytes = size_t(chunk) * dtype_size(out.dtype());
+            std::vector<const void*> parts(static_cast<size_t>(n));
+            for (int j = 0; j < n; ++j)
+              parts[size_t(j)] =
+                  j == rank && exchange && !widening
+                      ? own.data_ptr()
+                      : static_cast<const char*>(from.data_ptr()) + size_t(j) * bytes;
+            sum_in_rank_order(parts, flat_out.data_ptr("reduce_scatter"), chunk, out.dtype(),
+                              scale);
             return std::vector<MPI_Request>{};
           }};
 }
@@ -230,12 +226,20 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::world(CommOptions options) {
       new MpiCommunicator(MPI_COMM_WORLD, false, "world", options, nullptr, nullptr));
 }
 
+std::shared_ptr<std::atomic<uint32_t>> MpiCommunicator::world_exchange_calls() {
+  // Every world() object is MPI_COMM_WORLD, one message space: they take their tags in turn
+  // from one count (a split has a communicator, and a count, of its own).
+  static const auto calls = std::make_shared<std::atomic<uint32_t>>(0);
+  return calls;
+}
+
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned, std::string name, CommOptions options,
                                  std::shared_ptr<std::atomic<int64_t>> step,
                                  std::shared_ptr<CommTraffic> traffic)
     : Communicator(std::move(name), options, std::move(step), std::move(traffic)),
       comm_(comm),
-      owned_(owned) {
+      owned_(owned),
+      exchange_calls_(owned ? std::make_shared<std::atomic<uint32_t>>(0) : world_exchange_calls()) {
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
 }
@@ -250,6 +254,11 @@ std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key, const s
   MPI_Comm child;
   check_mpi(MPI_Comm_split(comm_, color, key, &child), "MPI_Comm_split");
   return std::shared_ptr<MpiCommunicator>(new MpiCommunicator(child, true, name, options_, step_, traffic_));
+}
+
+int MpiCommunicator::exchange_tag() {
+  if (size_ > options_.mpi_exchange_max_ranks) return -1;
+  return kFirstExchangeTag + int(exchange_calls_->fetch_add(1) % uint32_t(kExchangeTags));
 }
 
 void MpiCommunicator::barrier() {
@@ -287,42 +296,59 @@ std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const Tensor& x, CommOp op)
         describe, options_, std::vector<Tensor>{x});
   }
   // Sum (or avg) of floats, every element summed in rank order so that every rank receives the
-  // same bits. Up to 64 KiB: one all-gather of every rank's x, then each rank sums the n
-  // copies (one collective, the latency floor; the same order as below, so the same bits).
+  // same bits. Up to 64 KiB: every rank's x goes to every rank (an exchange, or past
+  // CommOptions::mpi_exchange_max_ranks an all-gather), then each rank sums the n copies (one round
+  // of messages, the latency floor; the same order as below, so the same bits).
   constexpr int64_t kGatherAllBytes = 64 << 10;
+  const int tag = exchange_tag(), rank = rank_;
+  const bool exchange = tag >= 0;
   if (x.nbytes() <= int64_t(kGatherAllBytes)) {
     const int64_t len = x.numel();
+    const size_t bytes = x.nbytes();
     const Tensor flat = ops::reshape(x, {len}), all = empty({len * n}, x.dtype());
     return std::make_shared<MpiWork>(
-        std::vector<MpiWork::Phase>{[=] {
-                                      MPI_Request r;
-                                      check_mpi(
-                                          MPI_Iallgather(flat.data_ptr(), int(len), type,
-                                                         all.data_ptr(), int(len), type, comm, &r),
-                                          "MPI_Iallgather");
-                                      return std::vector<MPI_Request>{r};
-                                    },
-                                    [=] {
-                                      sum_in_rank_order(all, n, len, flat, scale);
-                                      return std::vector<MPI_Request>{};
-                                    }},
+        std::vector<MpiWork::Phase>{
+            [=] {
+              if (exchange)
+                return post_exchange(flat.data_ptr(), 0, all.data_ptr(), bytes, int(len), type, tag,
+                                     comm);
+              MPI_Request r;
+              check_mpi(MPI_Iallgather(flat.data_ptr(), int(len), type, all.data_ptr(), int(len),
+                                       type, comm, &r),
+                        "MPI_Iallgather");
+              return std::vector<MPI_Request>{r};
+            },
+            [=] {
+              std::vector<const void*> parts(static_cast<size_t>(n));
+              for (int j = 0; j < n; ++j)
+                parts[size_t(j)] =
+                    j == rank && exchange
+                        ? flat.data_ptr()
+                        : static_cast<const char*>(all.data_ptr()) + size_t(j) * bytes;
+              sum_in_rank_order(parts, flat.data_ptr("all_reduce"), len, x.dtype(), scale);
+              return std::vector<MPI_Request>{};
+            }},
         describe, options_, std::vector<Tensor>{x, all});
   }
-  // Larger: the ordered reduce-scatter into chunks, then an all-gather of the chunks. x itself
-  // is the buffer when n divides it (x is contiguous); otherwise a copy padded to a multiple
-  // of n.
+  // Larger: the ordered reduce-scatter, each rank's sum written over its own chunk of the
+  // buffer, then an all-gather of the chunks in place. x itself is the buffer when n divides
+  // it (x is contiguous); otherwise a copy padded to a multiple of n.
   const int64_t chunk = (x.numel() + n - 1) / n;
   const bool in_place = chunk * n == x.numel();
   Tensor buf = in_place ? ops::reshape(x, {x.numel()}) : zeros({chunk * n}, x.dtype());
   if (!in_place) ops::copy_(ops::narrow(buf, 0, 0, x.numel()), ops::reshape(x, {x.numel()}));
-  Tensor mine = empty({chunk}, x.dtype());
+  const Tensor mine = ops::narrow(buf, 0, int64_t(rank) * chunk, chunk);
   std::vector<MpiWork::Phase> phases =
-      ordered_reduce_scatter(buf, mine, chunk, n, type, comm, scale);
+      ordered_reduce_scatter(buf, mine, chunk, rank, n, tag, type, comm, scale);
+  const size_t chunk_bytes = size_t(chunk) * dtype_size(x.dtype());
   phases.push_back([=] {
+    if (exchange)
+      return post_exchange(mine.data_ptr(), 0, buf.data_ptr(), chunk_bytes, int(chunk), type, tag,
+                           comm);
     MPI_Request r;
-    check_mpi(MPI_Iallgather(mine.data_ptr(), int(chunk), type, buf.data_ptr(), int(chunk), type,
-                             comm, &r),
-              "MPI_Iallgather");
+    check_mpi(
+        MPI_Iallgather(MPI_IN_PLACE, int(chunk), type, buf.data_ptr(), int(chunk), type, comm, &r),
+        "MPI_Iallgather");
     return std::vector<MPI_Request>{r};
   });
   phases.push_back([=] {
@@ -330,7 +356,7 @@ std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const Tensor& x, CommOp op)
     return std::vector<MPI_Request>{};
   });
   return std::make_shared<MpiWork>(std::move(phases), describe, options_,
-                                   std::vector<Tensor>{x, buf, mine});
+                                   std::vector<Tensor>{x, buf});
 }
 
 std::shared_ptr<Work> MpiCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out,
@@ -347,7 +373,7 @@ std::shared_ptr<Work> MpiCommunicator::do_reduce_scatter(const Tensor& in, const
   // order, so MPI reduces them.
   std::vector<MpiWork::Phase> phases =
       widening || (is_floating(in.dtype()) && op != CommOp::max)
-          ? ordered_reduce_scatter(in, out, count, size_, type, comm, scale)
+          ? ordered_reduce_scatter(in, out, count, rank_, size_, exchange_tag(), type, comm, scale)
           : std::vector<MpiWork::Phase>{
                 [=] {
                   MPI_Request r;
@@ -369,11 +395,21 @@ std::shared_ptr<Work> MpiCommunicator::do_all_gather(const Tensor& in, const Ten
   check_cpu(in, "all_gather");
   MPI_Datatype type = mpi_type(in, false, "all_gather");
   MPI_Comm comm = comm_;
-  int count = int(in.numel());
+  const int count = int(in.numel()), rank = rank_, tag = exchange_tag();
+  const bool exchange = tag >= 0;
+  const size_t bytes = in.nbytes();
   return std::make_shared<MpiWork>(
       std::vector<MpiWork::Phase>{[=] {
+        if (exchange) {
+          // The rank's own slot is a local copy (none when `in` already is that slot).
+          char* mine = static_cast<char*>(out.data_ptr("all_gather")) + size_t(rank) * bytes;
+          if (mine != in.data_ptr()) std::memmove(mine, in.data_ptr(), bytes);
+          return post_exchange(in.data_ptr(), 0, out.data_ptr(), bytes, count, type, tag, comm);
+        }
+        const char* mine = static_cast<const char*>(out.data_ptr()) + size_t(rank) * bytes;
+        const void* send = mine == in.data_ptr() ? MPI_IN_PLACE : in.data_ptr();
         MPI_Request r;
-        check_mpi(MPI_Iallgather(in.data_ptr(), count, type, out.data_ptr(), count, type, comm, &r),
+        check_mpi(MPI_Iallgather(send, count, type, out.data_ptr(), count, type, comm, &r),
                   "MPI_Iallgather");
         return std::vector<MPI_Request>{r};
       }},
@@ -397,6 +433,9 @@ std::shared_ptr<Work> MpiCommunicator::do_broadcast(const Tensor& x, int root) {
 
 std::shared_ptr<Work> MpiCommunicator::do_send(const Tensor& x, int dst, int tag) {
   check_cpu(x, "send");
+  TESSERA_CHECK(tag >= 0 && tag < kFirstExchangeTag, "send to rank ", dst, " on group ", name(),
+                ": tag ", tag, " is outside [0, ", kFirstExchangeTag,
+                "); the tags above are the collectives' own");
   MPI_Datatype type = mpi_type(x, false, "send");
   MPI_Comm comm = comm_;
   int count = int(x.numel());
@@ -412,6 +451,9 @@ std::shared_ptr<Work> MpiCommunicator::do_send(const Tensor& x, int dst, int tag
 
 std::shared_ptr<Work> MpiCommunicator::do_recv(const Tensor& x, int src, int tag) {
   check_cpu(x, "recv");
+  TESSERA_CHECK(tag >= 0 && tag < kFirstExchangeTag, "recv from rank ", src, " on group ", name(),
+                ": tag ", tag, " is outside [0, ", kFirstExchangeTag,
+                "); the tags above are the collectives' own");
   MPI_Datatype type = mpi_type(x, false, "recv");
   MPI_Comm comm = comm_;
   int count = int(x.numel());

@@ -1,10 +1,13 @@
 #pragma once
-// MPI communicator for CPU tensors (MPICH). Waiting polls MPI_Test with a short spin and then
-// sleeps with exponential backoff (to 100 us), so ranks oversubscribed on few cores do not
-// starve each other the way MPI's busy-wait does, and so the timeout can be checked.
+// MPI communicator for CPU tensors (MPICH). A blocking wait polls the request (MPI progresses
+// only inside MPI calls): it spins while every rank has a core, and sleeps with backoff when
+// the node is oversubscribed (CommWait), checking the timeout either way.
 //
 // Floating-point sums are done as reduce-scatter then all-gather: each chunk is reduced once,
-// by its owner, so every rank receives bit-identical values (replicas never drift).
+// by its owner, adding the ranks' chunks in rank order, so every rank receives bit-identical
+// values (replicas never drift) and the bits do not depend on the message size or MPI's
+// algorithm. In groups of up to CommOptions::mpi_exchange_max_ranks the data moves as
+// point-to-point exchanges (detail/mpi_exchange.h), past it through MPI's collectives.
 
 #include <mpi.h>
 
@@ -54,8 +57,14 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator(MPI_Comm comm, bool owned, std::string name, CommOptions options,
                   std::shared_ptr<std::atomic<int64_t>> step,
                   std::shared_ptr<CommTraffic> traffic);
+  // The tag of the next call that moves its data as point-to-point exchanges, or -1 where the
+  // group is too large for them (mpi_exchange.h); called once per such call, in issue order.
+  int exchange_tag();
+  static std::shared_ptr<std::atomic<uint32_t>> world_exchange_calls();
+
   MPI_Comm comm_;
   bool owned_;
+  std::shared_ptr<std::atomic<uint32_t>> exchange_calls_;  // the calls that took a tag
   int rank_ = 0, size_ = 1;
 };
 
