@@ -59,7 +59,7 @@ double bus_factor(Collective c, int n) {
 // Enough iterations for a stable figure at small sizes, few at large ones; the same on every
 // rank because it depends on the size only.
 int64_t iterations_for(int64_t bytes) {
-  return std::clamp<int64_t>((int64_t(256) << 20) / bytes, 5, 200);
+  return std::clamp<int64_t>((int64_t(256) << 20) / bytes, 5, 2000);
 }
 
 void run(benchmark::State& state, Collective c, bool plain_mpi) {

@@ -123,39 +123,48 @@ class MpiWork final : public Work {
 // sum is in f32.
 std::vector<MpiWork::Phase> ordered_reduce_scatter(const Tensor& in, const Tensor& out,
                                                    int64_t chunk, int rank, int n, int tag,
-                                                   MPI_Datatype type, MPI_Comm comm, double scale) {
-  const Tensor flat_in = ops::reshape(in, {chunk * n}), flat_out = ops::reshape(out, {chunk});
+                                                   MPI_Datatype type, MPI_Comm comm, double scale,
+                                                   std::vector<Tensor>& keep) {
+  // in and out are contiguous (the Communicator checks), and the Work keeps them and the
+  // received chunks alive (`keep`): the phases capture addresses, no views and no reference
+  // counts, since a microsecond here is most of the latency at small sizes.
   const Tensor gathered = empty({chunk * n}, in.dtype());
-  const bool widening = in.dtype() != out.dtype(), exchange = tag >= 0;
+  keep.push_back(gathered);
+  const bool exchange = tag >= 0;
   const size_t stride = size_t(chunk) * dtype_size(in.dtype());
-  return {[=] {
-            if (exchange)
-              return post_exchange(flat_in.data_ptr(), stride, gathered.data_ptr(), stride,
-                                   int(chunk), type, tag, comm);
-            MPI_Request r;
-            check_mpi(MPI_Ialltoall(flat_in.data_ptr(), int(chunk), type, gathered.data_ptr(),
-                                    int(chunk), type, comm, &r),
-                      "MPI_Ialltoall");
-            return std::vector<MPI_Request>{r};
-          },
-          [=] {
-            const Tensor own = ops::narrow(flat_in, 0, int64_t(rank) * chunk, chunk);
-            Tensor from = gathered;
-            if (widening) {
-              if (exchange) ops::copy_(ops::narrow(gathered, 0, int64_t(rank) * chunk, chunk), own);
-              from = ops::cast(gathered, out.dtype());
-            }
-            const size_t bytes = size_t(chunk) * dtype_size(out.dtype());
-            std::vector<const void*> parts(static_cast<size_t>(n));
-            for (int j = 0; j < n; ++j)
-              parts[size_t(j)] =
-                  j == rank && exchange && !widening
-                      ? own.data_ptr()
-                      : static_cast<const char*>(from.data_ptr()) + size_t(j) * bytes;
-            sum_in_rank_order(parts, flat_out.data_ptr("reduce_scatter"), chunk, out.dtype(),
-                              scale);
-            return std::vector<MPI_Request>{};
-          }};
+  const char* ip = static_cast<const char*>(in.data_ptr());
+  char* gp = static_cast<char*>(gathered.data_ptr());
+  void* op = out.data_ptr("reduce_scatter");
+  const DType dtype = out.dtype();
+  std::vector<MpiWork::Phase> phases;
+  phases.reserve(4);
+  phases.emplace_back([=] {
+    if (exchange) return post_exchange(ip, stride, gp, stride, int(chunk), type, tag, comm);
+    MPI_Request r;
+    check_mpi(MPI_Ialltoall(ip, int(chunk), type, gp, int(chunk), type, comm, &r), "MPI_Ialltoall");
+    return std::vector<MPI_Request>{r};
+  });
+  if (in.dtype() == dtype) {
+    phases.emplace_back([=] {
+      PartList parts(n);
+      for (int j = 0; j < n; ++j)
+        parts[j] = j == rank && exchange ? ip + size_t(j) * stride : gp + size_t(j) * stride;
+      sum_in_rank_order(parts.data(), n, op, chunk, dtype, scale);
+      return std::vector<MPI_Request>{};
+    });
+  } else {
+    phases.emplace_back([=] {
+      if (exchange) std::memcpy(gp + size_t(rank) * stride, ip + size_t(rank) * stride, stride);
+      const Tensor wide = ops::cast(gathered, dtype);
+      const char* wp = static_cast<const char*>(wide.data_ptr());
+      const size_t wide_stride = size_t(chunk) * dtype_size(dtype);
+      PartList parts(n);
+      for (int j = 0; j < n; ++j) parts[j] = wp + size_t(j) * wide_stride;
+      sum_in_rank_order(parts.data(), n, op, chunk, dtype, scale);
+      return std::vector<MPI_Request>{};
+    });
+  }
+  return phases;
 }
 
 }  // namespace
@@ -296,39 +305,40 @@ std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const Tensor& x, CommOp op)
         describe, options_, std::vector<Tensor>{x});
   }
   // Sum (or avg) of floats, every element summed in rank order so that every rank receives the
-  // same bits. Up to 64 KiB: every rank's x goes to every rank (an exchange, or past
-  // CommOptions::mpi_exchange_max_ranks an all-gather), then each rank sums the n copies (one round
-  // of messages, the latency floor; the same order as below, so the same bits).
-  constexpr int64_t kGatherAllBytes = 64 << 10;
+  // same bits. Up to 8 KiB: every rank's x goes to every rank (an exchange, or past
+  // CommOptions::mpi_exchange_max_ranks an all-gather), then each rank sums the n copies (one
+  // round of messages, the latency floor; the same order as below, so the same bits). Larger
+  // messages leave MPICH's eager protocol: on 2 ranks, one 16 KiB exchange and sum took 10.4 us
+  // where the reduce-scatter + all-gather below (two rounds of 8 KiB) took 5.6 us, and at 8 KiB
+  // they were 2.8 and 3.1 us.
+  constexpr int64_t kGatherAllBytes = 8 << 10;
   const int tag = exchange_tag(), rank = rank_;
   const bool exchange = tag >= 0;
   if (x.nbytes() <= int64_t(kGatherAllBytes)) {
     const int64_t len = x.numel();
     const size_t bytes = x.nbytes();
-    const Tensor flat = ops::reshape(x, {len}), all = empty({len * n}, x.dtype());
-    return std::make_shared<MpiWork>(
-        std::vector<MpiWork::Phase>{
-            [=] {
-              if (exchange)
-                return post_exchange(flat.data_ptr(), 0, all.data_ptr(), bytes, int(len), type, tag,
-                                     comm);
-              MPI_Request r;
-              check_mpi(MPI_Iallgather(flat.data_ptr(), int(len), type, all.data_ptr(), int(len),
-                                       type, comm, &r),
-                        "MPI_Iallgather");
-              return std::vector<MPI_Request>{r};
-            },
-            [=] {
-              std::vector<const void*> parts(static_cast<size_t>(n));
-              for (int j = 0; j < n; ++j)
-                parts[size_t(j)] =
-                    j == rank && exchange
-                        ? flat.data_ptr()
-                        : static_cast<const char*>(all.data_ptr()) + size_t(j) * bytes;
-              sum_in_rank_order(parts, flat.data_ptr("all_reduce"), len, x.dtype(), scale);
-              return std::vector<MPI_Request>{};
-            }},
-        describe, options_, std::vector<Tensor>{x, all});
+    const Tensor all = empty({len * n}, x.dtype());
+    // The phases capture addresses, not tensors (the Work keeps x and all alive): no reference
+    // counts to touch in a call that takes a microsecond or two.
+    void* xp = x.data_ptr("all_reduce");
+    char* ap = static_cast<char*>(all.data_ptr());
+    const DType dtype = x.dtype();
+    std::vector<MpiWork::Phase> phases;
+    phases.reserve(2);
+    phases.emplace_back([=] {
+      if (exchange) return post_exchange(xp, 0, ap, bytes, int(len), type, tag, comm);
+      MPI_Request r;
+      check_mpi(MPI_Iallgather(xp, int(len), type, ap, int(len), type, comm, &r), "MPI_Iallgather");
+      return std::vector<MPI_Request>{r};
+    });
+    phases.emplace_back([=] {
+      PartList parts(n);
+      for (int j = 0; j < n; ++j) parts[j] = j == rank && exchange ? xp : ap + size_t(j) * bytes;
+      sum_in_rank_order(parts.data(), n, xp, len, dtype, scale);
+      return std::vector<MPI_Request>{};
+    });
+    return std::make_shared<MpiWork>(std::move(phases), std::move(describe), options_,
+                                     std::vector<Tensor>{x, all});
   }
   // Larger: the ordered reduce-scatter, each rank's sum written over its own chunk of the
   // buffer, then an all-gather of the chunks in place. x itself is the buffer when n divides
@@ -338,8 +348,9 @@ std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const Tensor& x, CommOp op)
   Tensor buf = in_place ? ops::reshape(x, {x.numel()}) : zeros({chunk * n}, x.dtype());
   if (!in_place) ops::copy_(ops::narrow(buf, 0, 0, x.numel()), ops::reshape(x, {x.numel()}));
   const Tensor mine = ops::narrow(buf, 0, int64_t(rank) * chunk, chunk);
+  std::vector<Tensor> keep{x, buf};
   std::vector<MpiWork::Phase> phases =
-      ordered_reduce_scatter(buf, mine, chunk, rank, n, tag, type, comm, scale);
+      ordered_reduce_scatter(buf, mine, chunk, rank, n, tag, type, comm, scale, keep);
   const size_t chunk_bytes = size_t(chunk) * dtype_size(x.dtype());
   phases.push_back([=] {
     if (exchange)
@@ -355,8 +366,8 @@ std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const Tensor& x, CommOp op)
     if (!in_place) ops::copy_(ops::reshape(x, {x.numel()}), ops::narrow(buf, 0, 0, x.numel()));
     return std::vector<MPI_Request>{};
   });
-  return std::make_shared<MpiWork>(std::move(phases), describe, options_,
-                                   std::vector<Tensor>{x, buf});
+  return std::make_shared<MpiWork>(std::move(phases), std::move(describe), options_,
+                                   std::move(keep));
 }
 
 std::shared_ptr<Work> MpiCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out,
@@ -371,24 +382,27 @@ std::shared_ptr<Work> MpiCommunicator::do_reduce_scatter(const Tensor& in, const
   double scale = op == CommOp::avg ? 1.0 / size_ : 1.0;
   // Floating sums in rank order (ordered_reduce_scatter); max and integers are exact in any
   // order, so MPI reduces them.
-  std::vector<MpiWork::Phase> phases =
-      widening || (is_floating(in.dtype()) && op != CommOp::max)
-          ? ordered_reduce_scatter(in, out, count, rank_, size_, exchange_tag(), type, comm, scale)
-          : std::vector<MpiWork::Phase>{
-                [=] {
-                  MPI_Request r;
-                  check_mpi(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count, type,
-                                                      mop, comm, &r),
-                            "MPI_Ireduce_scatter_block");
-                  return std::vector<MPI_Request>{r};
-                },
-                [=] {
-                  if (scale != 1.0) ops::mul_(out, scale);
-                  return std::vector<MPI_Request>{};
-                }};
+  std::vector<Tensor> keep{in, out};
+  std::vector<MpiWork::Phase> phases;
+  if (widening || (is_floating(in.dtype()) && op != CommOp::max)) {
+    phases = ordered_reduce_scatter(in, out, count, rank_, size_, exchange_tag(), type, comm, scale,
+                                    keep);
+  } else {
+    phases.emplace_back([=] {
+      MPI_Request r;
+      check_mpi(
+          MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count, type, mop, comm, &r),
+          "MPI_Ireduce_scatter_block");
+      return std::vector<MPI_Request>{r};
+    });
+    phases.emplace_back([=] {
+      if (scale != 1.0) ops::mul_(out, scale);
+      return std::vector<MPI_Request>{};
+    });
+  }
   return std::make_shared<MpiWork>(
       std::move(phases), [this, in] { return describe_call("reduce_scatter", in); }, options_,
-      std::vector<Tensor>{in, out});
+      std::move(keep));
 }
 
 std::shared_ptr<Work> MpiCommunicator::do_all_gather(const Tensor& in, const Tensor& out) {

@@ -43,15 +43,12 @@ namespace {
 // backend's threads (tessera::num_threads, set through OpenMP); each element's adds are the
 // same whichever thread runs them.
 template <class T>
-void sum_typed(const std::vector<const void*>& parts, void* out, int64_t len, T scale) {
+void sum_typed(const void* const* parts, int n, void* out, int64_t len, T scale) {
   constexpr int64_t kBlock = 1024;
   // ~64 KiB of output per piece: below that, waking threads costs more than the adds.
   constexpr int64_t kGrain = (int64_t(64) << 10) / int64_t(sizeof(T));
-  const int n = int(parts.size());
   T* o = static_cast<T*>(out);
-  const int64_t pieces = (len + kGrain - 1) / kGrain;
-#pragma omp parallel for schedule(static) if (pieces > 1)
-  for (int64_t piece = 0; piece < pieces; ++piece) {
+  auto sum_piece = [&](int64_t piece) {
     T acc[kBlock];
     const int64_t end = std::min(len, (piece + 1) * kGrain);
     for (int64_t b = piece * kGrain; b < end; b += kBlock) {
@@ -59,25 +56,29 @@ void sum_typed(const std::vector<const void*>& parts, void* out, int64_t len, T 
       const T* p0 = static_cast<const T*>(parts[0]) + b;
       for (int64_t i = 0; i < m; ++i) acc[i] = p0[i];
       for (int j = 1; j < n; ++j) {
-        const T* pj = static_cast<const T*>(parts[size_t(j)]) + b;
+        const T* pj = static_cast<const T*>(parts[j]) + b;
         for (int64_t i = 0; i < m; ++i) acc[i] += pj[i];
       }
       if (scale != T(1))
         for (int64_t i = 0; i < m; ++i) acc[i] *= scale;
       for (int64_t i = 0; i < m; ++i) o[b + i] = acc[i];
     }
-  }
+  };
+  const int64_t pieces = (len + kGrain - 1) / kGrain;
+  if (pieces == 1) return sum_piece(0);  // no OpenMP region: the latency-bound sizes
+#pragma omp parallel for schedule(static)
+  for (int64_t piece = 0; piece < pieces; ++piece) sum_piece(piece);
 }
 
 }  // namespace
 
-void sum_in_rank_order(const std::vector<const void*>& parts, void* out, int64_t len, DType dtype,
+void sum_in_rank_order(const void* const* parts, int n, void* out, int64_t len, DType dtype,
                        double scale) {
-  TESSERA_ASSERT(!parts.empty(), "sum_in_rank_order of no parts");
+  TESSERA_ASSERT(n >= 1, "sum_in_rank_order of ", n, " parts");
   if (dtype == DType::f64)
-    sum_typed<double>(parts, out, len, scale);
+    sum_typed<double>(parts, n, out, len, scale);
   else if (dtype == DType::f32)
-    sum_typed<float>(parts, out, len, float(scale));
+    sum_typed<float>(parts, n, out, len, float(scale));
   else
     ::tessera::detail::throw_error("sum_in_rank_order: ", dtype_name(dtype), " is not f32 or f64");
 }

@@ -48,7 +48,23 @@ std::vector<MPI_Request> post_exchange(const void* send, size_t send_stride, voi
 // scale, when not 1, is one more rounding). f32 or f64. out may be one of the parts: each
 // block is read in full before it is written. Threaded over fixed blocks, so the bits do not
 // depend on the thread count.
-void sum_in_rank_order(const std::vector<const void*>& parts, void* out, int64_t len, DType dtype,
+void sum_in_rank_order(const void* const* parts, int n, void* out, int64_t len, DType dtype,
                        double scale);
+
+// The n parts' addresses for sum_in_rank_order, on the stack for groups of up to 16.
+class PartList {
+ public:
+  explicit PartList(int n) : n_(n) {
+    if (n > kOnStack) heap_.resize(size_t(n));
+  }
+  const void*& operator[](int j) { return n_ > kOnStack ? heap_[size_t(j)] : stack_[j]; }
+  const void* const* data() const { return n_ > kOnStack ? heap_.data() : stack_; }
+
+ private:
+  static constexpr int kOnStack = 16;
+  int n_;
+  const void* stack_[kOnStack] = {};
+  std::vector<const void*> heap_;
+};
 
 }  // namespace tessera::parallel
