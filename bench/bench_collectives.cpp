@@ -13,7 +13,8 @@
 // MPI_Allreduce, MPI_Reduce_scatter_block and MPI_Allgather, a few lines here), then the
 // Communicator; the Communicator's row carries vs_mpi, its time over plain MPI's measured just
 // before in the same run. The Communicator's all-reduce of floats is a reduce-scatter then an
-// all-gather (so every rank receives the same bits), which plain MPI's one call is not bound to.
+// all-gather above 8 KiB, one all-to-all round below, summed in rank order either way (so every
+// rank receives the same bits), which plain MPI's one call is not bound to.
 //
 // Run under MPI:  mpiexec -n 2 build/bench/bench_collectives
 // The wait mode (spin or yield, CommOptions::wait) is printed in the header; compare it with
