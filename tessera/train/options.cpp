@@ -1,6 +1,7 @@
 #include "tessera/train/options.h"
 
 #include <cmath>
+#include <filesystem>
 #include <type_traits>
 
 #include "tessera/core/error.h"
@@ -186,8 +187,9 @@ void TrainOptions::validate() const {
   TESSERA_CHECK(recompute_layers == -1 || recompute == "full", "train: --recompute-layers ",
                 recompute_layers, " counts the layers of full recomputation; --recompute is '",
                 recompute, "'");
-  TESSERA_CHECK(resume == "auto" || resume == "never", "train: --resume must be auto or never, ",
-                "got '", resume, "'");
+  TESSERA_CHECK(resume == "auto" || resume == "never" || std::filesystem::is_directory(resume),
+                "train: --resume must be auto, never or a checkpoint directory, got '", resume,
+                "' (no such directory)");
   TESSERA_CHECK(device == "cpu" || device == "cuda" || device == "cuda-sim",
                 "train: --device must be cpu, cuda or cuda-sim, got '", device, "'");
   TESSERA_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16",

@@ -56,7 +56,9 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // 0: only at the end
   int64_t keep_checkpoints = 3;
   std::string run_dir = "runs/default";
-  std::string resume = "auto";  // "auto": from the run's latest checkpoint if any; "never"
+  // "auto": from the run's newest checkpoint that loads, passing over corrupt ones; "never";
+  // or a checkpoint directory, which must load.
+  std::string resume = "auto";
 
   // Randomness and machine.
   uint64_t seed = 1337;  // data order and dropout masks

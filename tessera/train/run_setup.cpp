@@ -44,12 +44,27 @@ std::string metrics_path(const TrainOptions& o) {
 }
 
 std::optional<ResumePoint> find_resume(const TrainOptions& o) {
-  if (o.resume != "auto") return std::nullopt;
-  std::optional<std::string> latest = nn::find_latest_checkpoint(o.run_dir);
-  if (!latest) return std::nullopt;
-  ResumePoint r{*latest, nn::load_checkpoint(*latest)};
+  if (o.resume == "never") return std::nullopt;
+  ResumePoint r;
+  if (o.resume == "auto") {
+    std::optional<nn::LoadedCheckpoint> newest =
+        nn::load_newest_good_checkpoint(o.run_dir, &r.skipped);
+    if (!newest) return std::nullopt;
+    r.dir = std::move(newest->dir);
+    r.data = std::move(newest->data);
+  } else {
+    r.dir = o.resume;
+    r.data = nn::load_checkpoint(o.resume);
+  }
   if (r.data.state.contains("options")) check_resumable(o, r.data.state["options"]);
   return r;
+}
+
+std::string describe_skipped(const ResumePoint& resume) {
+  std::string lines;
+  for (const nn::SkippedCheckpoint& s : resume.skipped)
+    lines += str_cat("skipping checkpoint ", s.dir, ": ", s.reason, "\n");
+  return lines;
 }
 
 nn::GPTConfig resolve_config(const TrainOptions& o, const data::Tokenizer& tokenizer,

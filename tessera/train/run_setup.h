@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -38,11 +39,17 @@ std::string metrics_path(const TrainOptions& o);
 struct ResumePoint {
   std::string dir;  // the checkpoint directory
   nn::CheckpointData data;
+  // The newer checkpoints --resume auto passed over because they do not load, and why.
+  std::vector<nn::SkippedCheckpoint> skipped;
 };
 
-// The run's latest checkpoint under --resume auto, checked against the options that must not
-// change (data, batch, sequence, seed, tokenizer); nullopt for a fresh run.
+// The checkpoint a run resumes from, checked against the options that must not change (data,
+// batch, sequence, seed, tokenizer): under --resume auto the run's newest checkpoint that loads
+// (nn::load_newest_good_checkpoint), under --resume DIR that directory; nullopt for a fresh run.
 std::optional<ResumePoint> find_resume(const TrainOptions& o);
+
+// "skipping checkpoint DIR: REASON", one line per checkpoint passed over.
+std::string describe_skipped(const ResumePoint& resume);
 
 // The model config: a resumed run's comes from its checkpoint; otherwise from imported weights
 // (into *imported), or the preset with overrides, whose vocabulary defaults to the tokenizer's.

@@ -263,11 +263,12 @@ void Trainer::resume_from(const ResumePoint& resume) {
   step_ = resume.data.step;
   engine_->set_step(step_);
   if (world_->rank() == 0) MetricsLog::truncate_after(metrics_path(options_), step_);
-  resumed_from_ = nn::checkpoint_name(step_);
+  resumed_from_ = resume.dir;
+  skipped_checkpoints_ = describe_skipped(resume);
 }
 
 void Trainer::load(const std::string& checkpoint_dir) {
-  ResumePoint resume{checkpoint_dir, nn::load_checkpoint(checkpoint_dir)};
+  ResumePoint resume{checkpoint_dir, nn::load_checkpoint(checkpoint_dir), {}};
   resume_from(resume);
 }
 
@@ -385,8 +386,8 @@ std::string Trainer::banner() const {
     << "MFU is against a peak of " << peak_text_ << "\n"
     << "device: " << device_ << (o.device == "cuda-sim" ? " (the kernel simulator)" : "")
     << " | precision: " << precision_banner(o) << "\n";
-  if (!resumed_from_.empty())
-    b << "resuming from " << o.run_dir << "/checkpoints/" << resumed_from_ << "\n";
+  b << skipped_checkpoints_;
+  if (!resumed_from_.empty()) b << "resuming from " << resumed_from_ << "\n";
   if (!optimizer_note_.empty())
     b << "optimizer state not restored (it starts from zero): " << optimizer_note_ << "\n";
   return b.str();
@@ -397,8 +398,7 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
   const bool rank0 = world_->rank() == 0;
   FitResult result;
   result.start_step = step_;
-  if (!resumed_from_.empty())
-    result.checkpoint = (fs::path(nn::checkpoints_dir(o.run_dir)) / resumed_from_).string();
+  if (!resumed_from_.empty()) result.checkpoint = resumed_from_;
   if (out != nullptr && rank0) *out << banner() << std::flush;
   std::optional<MetricsLog> log;
   if (rank0) log.emplace(metrics_path(o));

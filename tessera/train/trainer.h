@@ -120,8 +120,8 @@ class Trainer {
   StepEngine& engine() { return *engine_; }
   // The whole model's weights in the single-process format, on the CPU, every rank. Collective.
   nn::StateDict full_state() { return engine_->gather_model(); }
-  // The resumed checkpoint's name, or "" for a fresh run; and why its optimizer state was not
-  // restored ("" when it was).
+  // The resumed checkpoint's directory, or "" for a fresh run; and why its optimizer state was
+  // not restored ("" when it was).
   const std::string& resumed_from() const { return resumed_from_; }
   const std::string& optimizer_note() const { return optimizer_note_; }
   // The startup banner (resolved options, model, layout, peak, device, precision).
@@ -147,6 +147,7 @@ class Trainer {
   double peak_gflops_ = 0;
   std::string peak_text_;
   std::string resumed_from_, optimizer_note_;
+  std::string skipped_checkpoints_;  // describe_skipped's lines, for the banner
   bool custom_model_ = false;
 };
 

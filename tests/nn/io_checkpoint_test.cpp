@@ -181,6 +181,70 @@ TEST(Checkpoint, BrokenLatestPointer) {
   EXPECT_TRUE(mentions(error_of([&] { find_latest_checkpoint(run.path()); }), {latest}));
 }
 
+// Resume's choice: the newest checkpoint that loads, newest first from `latest`, with each one
+// passed over named and explained.
+TEST(Checkpoint, NewestGoodCheckpointPassesOverCorruptOnes) {
+  TempDir run;
+  std::vector<SkippedCheckpoint> skipped;
+  EXPECT_EQ(load_newest_good_checkpoint(run.path(), &skipped), std::nullopt) << "a new run";
+  EXPECT_TRUE(skipped.empty());
+  for (int64_t step = 1; step <= 3; ++step) save_checkpoint(run.path(), sample(step));
+
+  std::optional<LoadedCheckpoint> got = load_newest_good_checkpoint(run.path(), &skipped);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->dir, ckpt(run, 3));
+  expect_same(got->data, sample(3));
+  EXPECT_TRUE(skipped.empty());
+
+  // Step 3 truncated, step 2 with a flipped bit: step 1, after two skips in that order.
+  const std::string model3 = ckpt(run, 3) + "/model.safetensors";
+  const std::string good3 = read_bytes(model3);
+  write_bytes(model3, good3.substr(0, good3.size() - 7));
+  const std::string opt2 = ckpt(run, 2) + "/optimizer.safetensors";
+  std::string flipped = read_bytes(opt2);
+  flipped[flipped.size() - 2] ^= 0x01;
+  write_bytes(opt2, flipped);
+  got = load_newest_good_checkpoint(run.path(), &skipped);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->dir, ckpt(run, 1));
+  expect_same(got->data, sample(1));
+  ASSERT_EQ(skipped.size(), 2u);
+  EXPECT_EQ(skipped[0].dir, ckpt(run, 3));
+  EXPECT_TRUE(mentions(skipped[0].reason, {model3, "truncated or replaced"}));
+  EXPECT_EQ(skipped[1].dir, ckpt(run, 2));
+  EXPECT_TRUE(mentions(skipped[1].reason, {opt2, "checksum", "corrupt"}));
+
+  // None loads: one error with every reason.
+  fs::remove(ckpt(run, 1) + "/state.json");
+  EXPECT_TRUE(mentions(error_of([&] { load_newest_good_checkpoint(run.path(), &skipped); }),
+                       {"no checkpoint of", ckpt(run, 3), ckpt(run, 2), ckpt(run, 1),
+                        "missing state.json"}));
+}
+
+TEST(Checkpoint, NewestGoodCheckpointStartsFromLatest) {
+  TempDir run;
+  for (int64_t step = 1; step <= 3; ++step) save_checkpoint(run.path(), sample(step));
+  const std::string latest = checkpoints_dir(run.path()) + "/latest";
+  std::vector<SkippedCheckpoint> skipped;
+  // A run resumed from step 2 (step 3 is another history): step 3 is never a candidate.
+  write_bytes(latest, "step_00000002\n");
+  write_bytes(ckpt(run, 2) + "/state.json", "{");
+  std::optional<LoadedCheckpoint> got = load_newest_good_checkpoint(run.path(), &skipped);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->dir, ckpt(run, 1));
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].dir, ckpt(run, 2));
+  // A `latest` that names nothing is itself passed over: the candidates start from the highest
+  // step.
+  write_bytes(latest, "step_00000009\n");
+  got = load_newest_good_checkpoint(run.path(), &skipped);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->dir, ckpt(run, 3));
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].dir, latest);
+  EXPECT_TRUE(mentions(skipped[0].reason, {"step_00000009", "does not exist"}));
+}
+
 TEST(Checkpoint, CorruptStateJson) {
   TempDir run;
   const std::string dir = save_checkpoint(run.path(), sample(4));

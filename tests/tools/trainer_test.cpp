@@ -64,6 +64,82 @@ TEST(Trainer, ResumedRunRepeatsTheUninterruptedLossesExactly) {
     EXPECT_TRUE(equal(ca.model[i].second, cb.model[i].second)) << ca.model[i].first;
 }
 
+// The newest checkpoints do not load (one truncated, one bit-flipped): --resume auto passes
+// over both, saying so in one line each, resumes from the one before, and ends with the
+// losses and weights of the unbroken run. --resume DIR takes that checkpoint, or stops.
+TEST(Trainer, ResumePassesOverCorruptCheckpointsAndEndsTheSame) {
+  using tessera::testing::error_of;
+  ScratchDir dir;
+  write_corpus_shards(dir);
+  std::ostringstream quiet;
+  TrainOptions full = tiny_options(dir, "full");
+  full.checkpoint_every = 2;
+  ASSERT_EQ(Trainer(full).fit(&quiet).final_step, 8);
+  const std::vector<nlohmann::json> ma = read_metrics(full.run_dir);
+
+  // A crash after step 6's checkpoint, with steps 4 and 6 damaged on disk.
+  TrainOptions broken = tiny_options(dir, "broken");
+  broken.checkpoint_every = 2;
+  const std::string ck = broken.run_dir + "/checkpoints";
+  fs::create_directories(ck);
+  for (const char* name : {"step_00000002", "step_00000004", "step_00000006"})
+    fs::copy(full.run_dir + "/checkpoints/" + name, ck + "/" + name, fs::copy_options::recursive);
+  std::ofstream(ck + "/latest") << "step_00000006\n";
+  {
+    std::ofstream log(broken.run_dir + "/metrics.jsonl");
+    for (size_t i = 0; i < 6; ++i) log << ma[i].dump() << "\n";
+  }
+  const std::string model6 = ck + "/step_00000006/model.safetensors";
+  fs::resize_file(model6, fs::file_size(model6) - 1);
+  const std::string opt4 = ck + "/step_00000004/optimizer.safetensors";
+  {
+    std::fstream f(opt4, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-5, std::ios::end);
+    const char c = char(f.get());
+    f.seekp(-5, std::ios::end);
+    f.put(char(c ^ 0x20));
+  }
+  std::ostringstream out;
+  FitResult b = Trainer(broken).fit(&out);
+  const std::string text = out.str();
+  EXPECT_NE(text.find("skipping checkpoint " + ck + "/step_00000006: " + model6), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("truncated or replaced"), std::string::npos) << text;
+  EXPECT_NE(text.find("skipping checkpoint " + ck + "/step_00000004: " + opt4), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("resuming from " + ck + "/step_00000002\n"), std::string::npos) << text;
+  EXPECT_LT(text.find("step_00000006: "), text.find("step_00000004: "));
+  EXPECT_EQ(b.start_step, 2);
+  EXPECT_EQ(b.final_step, 8);
+  const std::vector<nlohmann::json> mb = read_metrics(broken.run_dir);
+  ASSERT_EQ(mb.size(), 8u);
+  for (size_t i = 0; i < 8; ++i)
+    EXPECT_EQ(mb[i]["loss"].get<double>(), ma[i]["loss"].get<double>()) << "step " << i + 1;
+  nn::CheckpointData ca = nn::load_checkpoint(full.run_dir + "/checkpoints/step_00000008");
+  nn::CheckpointData cb = nn::load_checkpoint(ck + "/step_00000008");
+  ASSERT_EQ(ca.model.size(), cb.model.size());
+  for (size_t i = 0; i < ca.model.size(); ++i)
+    EXPECT_TRUE(equal(ca.model[i].second, cb.model[i].second)) << ca.model[i].first;
+
+  // --resume DIR: exactly that checkpoint, from any directory.
+  TrainOptions chosen = tiny_options(dir, "chosen");
+  chosen.resume = full.run_dir + "/checkpoints/step_00000004";
+  FitResult c = Trainer(chosen).fit(&quiet);
+  EXPECT_EQ(c.start_step, 4);
+  EXPECT_EQ(read_metrics(chosen.run_dir).back()["loss"].get<double>(), ma[7]["loss"].get<double>());
+  // ... which must load, and must exist.
+  TrainOptions bad = tiny_options(dir, "bad");
+  bad.resume = ck + "/step_00000006";
+  std::string e = error_of([&] { Trainer t(bad); });
+  EXPECT_NE(e.find(model6 + ": "), std::string::npos) << e;
+  EXPECT_NE(e.find("truncated or replaced"), std::string::npos) << e;
+  bad.resume = dir / "no_such_checkpoint";
+  e = error_of([&] { Trainer t(bad); });
+  EXPECT_NE(e.find("--resume must be auto, never or a checkpoint directory, got '" + bad.resume),
+            std::string::npos)
+      << e;
+}
+
 TEST(Trainer, LossFallsAndCheckpointsHoldEverything) {
   ScratchDir dir;
   write_corpus_shards(dir);

@@ -58,7 +58,8 @@ const std::map<std::string, std::string>& flag_help() {
       {"checkpoint_every", "checkpoint every N steps (0: at the end only)"},
       {"keep_checkpoints", "checkpoints to keep (0: all)"},
       {"run_dir", "where config.json, metrics.jsonl and checkpoints/ go"},
-      {"resume", "auto (continue from the run's latest checkpoint) or never"},
+      {"resume", "auto (continue from the run's newest checkpoint that loads, passing over "
+                 "corrupt ones), never, or a checkpoint directory"},
       {"seed", "seed of the data order and dropout masks"},
       {"threads", "CPU threads (0: all cores)"},
       {"device",

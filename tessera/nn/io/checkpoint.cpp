@@ -326,4 +326,38 @@ std::optional<std::string> find_latest_checkpoint(const std::string& run_dir) {
   return target.string();
 }
 
+std::optional<LoadedCheckpoint> load_newest_good_checkpoint(
+    const std::string& run_dir, std::vector<SkippedCheckpoint>* skipped) {
+  std::vector<SkippedCheckpoint> passed;
+  std::vector<int64_t> steps = list_checkpoints(run_dir);
+  const fs::path dir = checkpoints_dir(run_dir);
+  // The newest candidate: `latest`'s target, or (no `latest`, or one that cannot be read) the
+  // highest step.
+  std::optional<int64_t> newest = steps.empty() ? std::nullopt : std::optional(steps.back());
+  try {
+    if (std::optional<std::string> latest = find_latest_checkpoint(run_dir))
+      newest = parse_step_name(fs::path(*latest).filename().string());
+  } catch (const Error& e) {
+    passed.push_back({(dir / kLatest).string(), e.what()});
+  }
+  if (!newest) {
+    if (skipped) *skipped = passed;
+    return std::nullopt;
+  }
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (*it > *newest) continue;
+    const std::string candidate = (dir / checkpoint_name(*it)).string();
+    try {
+      LoadedCheckpoint loaded{candidate, load_checkpoint(candidate)};
+      if (skipped) *skipped = passed;
+      return loaded;
+    } catch (const Error& e) {
+      passed.push_back({candidate, e.what()});
+    }
+  }
+  std::string why;
+  for (const SkippedCheckpoint& s : passed) why += str_cat("\n  ", s.dir, ": ", s.reason);
+  detail::throw_error("no checkpoint of ", run_dir, " loads:", why);
+}
+
 }  // namespace tessera::nn

@@ -65,4 +65,25 @@ std::optional<std::string> find_latest_checkpoint(const std::string& run_dir);
 // Steps of the published checkpoints in run_dir, ascending (temporary directories excluded).
 std::vector<int64_t> list_checkpoints(const std::string& run_dir);
 
+// A checkpoint that a resume passed over: its directory (or the `latest` file) and why, the
+// load error's one line.
+struct SkippedCheckpoint {
+  std::string dir;
+  std::string reason;
+};
+
+struct LoadedCheckpoint {
+  std::string dir;
+  CheckpointData data;
+};
+
+// The newest checkpoint of run_dir that loads and validates: the one `latest` names, then the
+// older published ones, newest first. One that does not load (a missing, truncated or corrupt
+// file, a bad checksum) is passed over and recorded in *skipped, as is a `latest` that cannot
+// be read (the candidates then start from the highest step). Checkpoints newer than the one
+// `latest` names are never candidates: they belong to a history the run was resumed away from.
+// nullopt when the run has no checkpoint; an error listing every skip when none loads.
+std::optional<LoadedCheckpoint> load_newest_good_checkpoint(
+    const std::string& run_dir, std::vector<SkippedCheckpoint>* skipped);
+
 }  // namespace tessera::nn
