@@ -2,7 +2,8 @@
 // --config loads a JSON file first and flags given on the command line override it. The
 // training itself is train::Trainer's (tessera/train/trainer.h): this file turns flags into
 // options, runs Trainer::fit, prints the samples, and maps failures to one line and an exit
-// status (2: a device or layout that cannot run; 1: any other error; 130: stopped by Ctrl-C).
+// status (2: a device or layout that cannot run; 1: any other error; 130: stopped by Ctrl-C;
+// 75: preempted by SIGTERM or SIGUSR1, a checkpoint saved: cli/stop_signals.h).
 
 #include <atomic>
 #include <csignal>
@@ -10,8 +11,10 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/stop_signals.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
+#include "tessera/core/ops/creation.h"
 #include "tessera/cuda/cuda.h"
 #include "tessera/train/detail/device.h"
 #include "tessera/train/trainer.h"
@@ -136,12 +139,6 @@ nlohmann::json typed_value(const std::string& key, const std::string& text,
 
 using train::TrainOptions;
 
-std::atomic<bool> g_stop_requested{false};
-
-void handle_sigint(int) {
-  g_stop_requested.store(true);
-}
-
 // Once training runs, a rank may fail alone (a file it writes, a collective timing out) while
 // the others wait on it: say which rank in one write (so that ranks failing at once print whole
 // lines), and end the whole job.
@@ -155,8 +152,16 @@ void handle_sigint(int) {
   std::abort();
 }
 
+// The stop signal every rank ends on: the highest any rank received (SIGTERM and SIGUSR1,
+// preemption, over SIGINT). Collective; every rank stopped after the same step.
+int agreed_stop_signal(parallel::Communicator& world) {
+  Tensor sig = from_vector<int64_t>({int64_t(StopSignals::first_signal())}, Shape{1});
+  if (world.size() > 1) world.all_reduce(sig, parallel::CommOp::max);
+  return int(sig.item<int64_t>());
+}
+
 // Trains with `options` and prints the samples; returns the exit status.
-int run_training(const TrainOptions& options) {
+int run_training(const TrainOptions& options, const StopSignals& stop) {
   // The simulated device: what `--device cuda-sim` trains on (the CUDA backend with every
   // kernel in the CPU simulator), to try the device path on a machine without a GPU.
   if (options.device == "cuda-sim") cuda::use_simulated_device();
@@ -179,7 +184,7 @@ int run_training(const TrainOptions& options) {
   }
   train::FitResult r;
   try {
-    r = trainer->fit(&std::cout, &g_stop_requested);
+    r = trainer->fit(&std::cout, stop.requested());
     if (!r.interrupted && options.sample_tokens > 0) {
       const nn::StateDict full = trainer->full_state();
       if (reports) {
@@ -193,7 +198,15 @@ int run_training(const TrainOptions& options) {
     if (trainer->world().size() > 1) abort_job(trainer->world().rank(), e.what());
     throw;
   }
-  return r.interrupted ? 130 : 0;
+  if (!r.interrupted) return 0;
+  const int signal = agreed_stop_signal(trainer->world());
+  const int status = stopped_exit_status(signal);
+  if (reports)
+    std::cout << "stopped by " << (signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGUSR1")
+              << ": exit status " << status
+              << (status == kPreemptedExit ? " (preempted; the same command resumes)" : "") << "\n"
+              << std::flush;
+  return status;
 }
 
 struct TrainFlags {
@@ -248,15 +261,8 @@ void add_train_command(CLI::App& app) {
     }
     options.update_from_json(given);
 
-    g_stop_requested.store(false);
-    auto previous = std::signal(SIGINT, handle_sigint);
-    try {
-      exit_code() = run_training(options);
-    } catch (...) {
-      std::signal(SIGINT, previous);
-      throw;
-    }
-    std::signal(SIGINT, previous);
+    const StopSignals stop;
+    exit_code() = run_training(options, stop);
   });
 }
 

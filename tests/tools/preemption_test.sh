@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Preemption through mpiexec. MPICH's mpiexec (hydra) forwards SIGTERM and SIGUSR1 to every
+# rank, each time it gets one, and never escalates to SIGKILL by itself (docs/training.md):
+#   1. SIGTERM to mpiexec during a dp2 run: every rank finishes its step, a checkpoint of that
+#      step is saved, every rank exits 75 (preempted) and so does mpiexec; the same command
+#      then resumes, and the run ends with the per-step losses and final weights of an
+#      unbroken run, bit for bit;
+#   2. the same with SIGUSR1 (Slurm's --signal=USR1@120);
+#   3. SIGTERM to a plain `tessera train` (one process, no mpiexec): the same.
+# Usage: preemption_test.sh <tessera> <mpiexec> <numproc flag> <scratch dir>
+set -euo pipefail
+tessera=$1 mpiexec=$2 np=$3 dir=$4
+rm -rf "$dir" && mkdir -p "$dir/text"
+export OMP_NUM_THREADS=1
+
+for i in $(seq 0 299); do
+  echo "line $((i % 37)): the quick brown fox jumps over $(((i * 7) % 11)) lazy dogs."
+done >"$dir/text/corpus.txt"
+"$tessera" prepare --input "$dir/text" --output "$dir/data" --tokenizer byte >/dev/null
+
+steps=300
+common=(train --train-data "$dir/data/data_train_*.bin" --model
+        '{"n_layer": 2, "n_head": 2, "n_kv_head": 2, "n_embd": 32, "block_size": 16, "dropout": 0.1}'
+        --batch-size 4 --seq-len 16 --lr 3e-3 --warmup-steps 1 --threads 1 --max-steps $steps
+        --checkpoint-every 0 --keep-checkpoints 0 --sample-tokens 0)
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+lines() { [ -f "$1/metrics.jsonl" ] && wc -l <"$1/metrics.jsonl" || echo 0; }
+losses() { grep -o '"loss":[^,}]*' "$1/metrics.jsonl" | cut -d: -f2; }
+
+dp2=("$mpiexec" "$np" 2 "$tessera" "${common[@]}" --dp 2)
+one=("$tessera" "${common[@]}")
+"${dp2[@]}" --run-dir "$dir/unbroken" >/dev/null
+"${one[@]}" --run-dir "$dir/unbroken_one" >/dev/null
+
+# preempt <signal> <run> <reference run> <command...>: start the run, signal it (mpiexec, or
+# the one process) once 3 steps are logged, check the exit status and the checkpoint, resume
+# with the same command, and compare with the unbroken run.
+preempt() {
+  local sig=$1 run=$dir/$2 ref=$dir/$3
+  shift 3
+  "$@" --run-dir "$run" >"$run.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 600); do [ "$(lines "$run")" -ge 3 ] && break; sleep 0.05; done
+  kill -"$sig" "$pid"
+  local status=0
+  wait "$pid" || status=$?
+  [ "$status" = 75 ] || { cat "$run.log" >&2; fail "SIG$sig: mpiexec exited $status, not 75"; }
+  grep -q "stopped by SIG$sig: exit status 75 (preempted" "$run.log" || fail "SIG$sig: no stop line"
+  local stopped
+  stopped=$(sed -n 's/^interrupted after step \([0-9]*\): checkpoint saved.*/\1/p' "$run.log")
+  [ -n "$stopped" ] && [ "$stopped" -lt $steps ] || fail "SIG$sig: stopped at '$stopped'"
+  [ -d "$run/checkpoints/$(printf 'step_%08d' "$stopped")" ] || fail "SIG$sig: no checkpoint"
+  "$@" --run-dir "$run" >"$run.resumed.log" 2>&1 ||
+    { cat "$run.resumed.log" >&2; fail "SIG$sig: the resumed run failed"; }
+  grep -q "resuming from .*step_$(printf '%08d' "$stopped")" "$run.resumed.log" ||
+    fail "SIG$sig: did not resume from step $stopped"
+  # Bit for bit: JSON holds the doubles exactly.
+  cmp -s <(losses "$ref") <(losses "$run") || fail "SIG$sig: the losses differ"
+  [ "$(losses "$run" | wc -l)" = $steps ] || fail "SIG$sig: $(losses "$run" | wc -l) steps logged"
+  local last
+  last=$(printf 'step_%08d' $steps)
+  cmp -s "$ref/checkpoints/$last/model.safetensors" "$run/checkpoints/$last/model.safetensors" ||
+    fail "SIG$sig: the final weights differ"
+  echo "$2: SIG$sig after step $stopped, status 75, resumed; $steps losses and the weights equal"
+}
+preempt TERM term_dp2 unbroken "${dp2[@]}"
+preempt USR1 usr1_dp2 unbroken "${dp2[@]}"
+preempt TERM term_one unbroken_one "${one[@]}"
