@@ -128,10 +128,14 @@ TEST(Trainer, ResumePassesOverCorruptCheckpointsAndEndsTheSame) {
   EXPECT_EQ(c.start_step, 4);
   EXPECT_EQ(read_metrics(chosen.run_dir).back()["loss"].get<double>(), ma[7]["loss"].get<double>());
   // ... which must load, and must exist.
+  // (The resumed run saved a good step 6 over the damaged one: damage a copy.)
+  const std::string damaged = dir / "damaged_step_6";
+  fs::copy(full.run_dir + "/checkpoints/step_00000006", damaged, fs::copy_options::recursive);
+  fs::resize_file(damaged + "/model.safetensors", fs::file_size(model6) - 1);
   TrainOptions bad = tiny_options(dir, "bad");
-  bad.resume = ck + "/step_00000006";
+  bad.resume = damaged;
   std::string e = error_of([&] { Trainer t(bad); });
-  EXPECT_NE(e.find(model6 + ": "), std::string::npos) << e;
+  EXPECT_NE(e.find(damaged + "/model.safetensors: "), std::string::npos) << e;
   EXPECT_NE(e.find("truncated or replaced"), std::string::npos) << e;
   bad.resume = dir / "no_such_checkpoint";
   e = error_of([&] { Trainer t(bad); });
