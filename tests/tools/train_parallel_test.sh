@@ -26,13 +26,9 @@
 # Usage: train_parallel_test.sh <tessera> <mpiexec> <numproc flag> <scratch dir> <nccl kind>
 set -euo pipefail
 tessera=$1 mpiexec=$2 np=$3 dir=$4 nccl=${5:-off}
-rm -rf "$dir" && mkdir -p "$dir/text"
 export OMP_NUM_THREADS=1
-
-for i in $(seq 0 299); do
-  echo "line $((i % 37)): the quick brown fox jumps over $(((i * 7) % 11)) lazy dogs."
-done >"$dir/text/corpus.txt"
-"$tessera" prepare --input "$dir/text" --output "$dir/data" --tokenizer byte >/dev/null
+source "$(dirname "$0")/tiny_corpus.sh"
+tiny_corpus "$tessera" "$dir"
 
 # 4 layers of width 32, 2 heads, no dropout; global batch 4 x 2 (grad_accum) = 8 rows of 16.
 common=(--train-data "$dir/data/data_train_*.bin" --model
