@@ -187,7 +187,9 @@ void TrainOptions::validate() const {
   TESSERA_CHECK(recompute_layers == -1 || recompute == "full", "train: --recompute-layers ",
                 recompute_layers, " counts the layers of full recomputation; --recompute is '",
                 recompute, "'");
-  TESSERA_CHECK(resume == "auto" || resume == "never" || std::filesystem::is_directory(resume),
+  std::error_code unreadable;  // a path that cannot be examined counts as no directory
+  TESSERA_CHECK(resume == "auto" || resume == "never" ||
+                    std::filesystem::is_directory(resume, unreadable),
                 "train: --resume must be auto, never or a checkpoint directory, got '", resume,
                 "' (no such directory)");
   TESSERA_CHECK(device == "cpu" || device == "cuda" || device == "cuda-sim",

@@ -21,14 +21,6 @@ namespace tessera::parallel {
 
 namespace {
 
-void check_mpi(int rc, const char* call) {
-  if (rc == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  detail::throw_error(call, " failed: ", std::string(text, size_t(len)));
-}
-
 MPI_Datatype mpi_type(const Tensor& t, bool reducing, const char* what) {
   switch (t.dtype()) {
     case DType::f32:

@@ -3,10 +3,10 @@
 // only inside MPI calls): it spins while every rank has a core, and sleeps with backoff when
 // the node is oversubscribed (CommWait), checking the timeout either way.
 //
-// Floating-point sums are done as reduce-scatter then all-gather: each chunk is reduced once,
-// by its owner, adding the ranks' chunks in rank order, so every rank receives bit-identical
-// values (replicas never drift) and the bits do not depend on the message size or MPI's
-// algorithm. In groups of up to CommOptions::mpi_exchange_max_ranks the data moves as
+// Floating-point sums add the ranks' values left to right in rank order, so every rank
+// receives bit-identical values (replicas never drift) and the bits do not depend on the
+// message size or MPI's algorithm: above 8 KiB as a reduce-scatter (each chunk summed once, by
+// its owner) then an all-gather; up to 8 KiB in one round, every rank summing all n copies. In groups of up to CommOptions::mpi_exchange_max_ranks the data moves as
 // point-to-point exchanges (detail/mpi_exchange.h), past it through MPI's collectives.
 
 #include <mpi.h>

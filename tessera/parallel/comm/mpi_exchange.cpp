@@ -1,10 +1,19 @@
 #include "tessera/parallel/comm/detail/mpi_exchange.h"
 
 #include <algorithm>
+#include <string>
 
 #include "tessera/core/error.h"
 
 namespace tessera::parallel {
+
+void check_mpi(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  detail::throw_error(call, " failed: ", std::string(text, size_t(len)));
+}
 
 std::vector<MPI_Request> post_exchange(const void* send, size_t send_stride, void* recv,
                                        size_t recv_stride, int count, MPI_Datatype type, int tag,
@@ -19,17 +28,17 @@ std::vector<MPI_Request> post_exchange(const void* send, size_t send_stride, voi
   for (int k = 1; k < n; ++k) {
     const int p = (rank + n - k) % n;
     MPI_Request r;
-    const int rc = MPI_Irecv(static_cast<char*>(recv) + size_t(p) * recv_stride, count, type, p,
-                             tag, comm, &r);
-    TESSERA_CHECK(rc == MPI_SUCCESS, "MPI_Irecv from rank ", p, " failed (code ", rc, ")");
+    check_mpi(MPI_Irecv(static_cast<char*>(recv) + size_t(p) * recv_stride, count, type, p, tag,
+                        comm, &r),
+              "MPI_Irecv");
     requests.push_back(r);
   }
   for (int k = 1; k < n; ++k) {
     const int p = (rank + k) % n;
     MPI_Request r;
-    const int rc = MPI_Isend(static_cast<const char*>(send) + size_t(p) * send_stride, count, type,
-                             p, tag, comm, &r);
-    TESSERA_CHECK(rc == MPI_SUCCESS, "MPI_Isend to rank ", p, " failed (code ", rc, ")");
+    check_mpi(MPI_Isend(static_cast<const char*>(send) + size_t(p) * send_stride, count, type, p,
+                        tag, comm, &r),
+              "MPI_Isend");
     requests.push_back(r);
   }
   return requests;

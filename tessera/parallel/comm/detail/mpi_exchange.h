@@ -4,9 +4,9 @@
 // An exchange: every rank sends block p of its buffer straight to rank p and receives each
 // peer's block into a slot of its own, with one MPI_Isend and one MPI_Irecv per peer. For the
 // groups Tessera runs on MPI (a few ranks per node), this is the cheapest way MPICH moves a
-// block: measured on 2 ranks of a 2-core machine, a 1 KiB exchange took 0.8 us where
-// MPI_Iallgather took 1.5 us and MPI_Allreduce 2.0 us, and at 4 MiB it skips the copy of the
-// rank's own block that MPI_Ialltoall and MPI_Iallgather make (docs/benchmarks.md). Past
+// block: measured on 2 ranks of a 2-core machine in a plain MPI program, a 1 KiB exchange and
+// sum took 0.89 us where MPI_Allreduce took 1.58 us, and at large sizes it skips the copy of
+// the rank's own block that MPI_Ialltoall and MPI_Iallgather make (docs/benchmarks.md). Past
 // CommOptions::mpi_exchange_max_ranks (16), MPI's log-depth collectives win and the
 // communicator uses them.
 //
@@ -32,6 +32,9 @@ namespace tessera::parallel {
 // kFirstExchangeTag only.
 inline constexpr int kFirstExchangeTag = 16384;
 inline constexpr int kExchangeTags = 16384;
+
+// Throws "<call> failed: <MPI's error text>" unless rc is MPI_SUCCESS.
+void check_mpi(int rc, const char* call);
 
 // One phase of a communicator's work: it starts MPI requests (or computes) and returns them.
 using MpiPhase = std::function<std::vector<MPI_Request>()>;
