@@ -61,6 +61,8 @@ void for_each_field(Options& o, F&& f) {
   f("grad_compression", o.grad_compression);
   f("compression_warmup", o.compression_warmup);
   f("offload", o.offload);
+  f("comm_timeout", o.comm_timeout);
+  f("save_timeout", o.save_timeout);
   f("recompute", o.recompute);
   f("recompute_layers", o.recompute_layers);
   f("sample_tokens", o.sample_tokens);
@@ -167,6 +169,10 @@ void TrainOptions::validate() const {
       schedule == "cosine" || schedule == "wsd" || schedule == "constant"
           ? "; the learning-rate schedule is --lr-schedule"
           : "");
+  TESSERA_CHECK(std::isfinite(comm_timeout) && comm_timeout > 0,
+                "train: --comm-timeout must be a positive number of seconds, got ", comm_timeout);
+  TESSERA_CHECK(std::isfinite(save_timeout) && save_timeout > 0,
+                "train: --save-timeout must be a positive number of seconds, got ", save_timeout);
   TESSERA_CHECK(std::isfinite(bucket_mb) && bucket_mb >= 0,
                 "train: --bucket-mb must be >= 0 (0: one bucket per layer), got ", bucket_mb);
   const parallel::GradCompression compression = grad_compression_policy();  // throws if bad

@@ -88,6 +88,11 @@ struct TrainOptions {
   // "none" or "optimizer": the fp32 master, AdamW's moments and the update in host memory
   // (ZeRO-Offload; CUDA, bf16/fp16, ZeRO 1-3: parallel/data/data_parallel.h).
   std::string offload = "none";
+  // Seconds a collective may wait before it throws parallel::CommError and `tessera train`
+  // ends the job (exit 124; comm/comm_health.h). The wait after a checkpoint save, while rank 0
+  // writes, takes save_timeout instead, so a long save never trips it.
+  double comm_timeout = 600;
+  double save_timeout = 3600;
 
   // Activation recomputation (nn/recompute.h): "none", "selective" or "full"; under full,
   // recompute_layers blocks per pipeline stage (its first ones), -1 for all.

@@ -1,6 +1,7 @@
 #include "tessera/train/trainer.h"
 
 #include <filesystem>
+#include <algorithm>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
@@ -38,7 +39,9 @@ void refuse_layout_flags_on_one_process(const TrainOptions& o) {
                      : o.sequence_parallel   ? "--sequence-parallel"
                      : o.bucket_mb > 0       ? "--bucket-mb"
                      : o.grad_compression != "none" ? "--grad-compression"
-                                                    : nullptr;
+                     : o.comm_timeout != TrainOptions().comm_timeout ? "--comm-timeout"
+                     : o.save_timeout != TrainOptions().save_timeout ? "--save-timeout"
+                                                                     : nullptr;
   if (flag != nullptr)
     refuse(flag, " applies to a parallel layout (--dp/--tp/--pp under mpiexec); this run is one ",
            "process (dp 1, tp 1, pp 1), where it cannot apply");
@@ -203,7 +206,7 @@ void Trainer::init_common() {
   if (o.threads > 0) set_num_threads(o.threads);
   // The device first: the NCCL world goes on it (each rank takes GPU local rank mod count).
   device_ = open_train_device(o.device, local_rank());
-  if (!world_) world_ = default_world(device_);
+  if (!world_) world_ = default_world(device_, {.timeout_seconds = o.comm_timeout});
   if (!world_carries(*world_, device_))
     refuse("--device ", o.device, " under ", world_->size(), " ranks: the world communicator ",
            "given carries CPU tensors only; CUDA tensors travel over an NcclCommunicator");
@@ -355,7 +358,9 @@ std::string Trainer::save() {
     if (!layout.empty()) data.state["parallel"] = layout;
     nn::save_checkpoint(options_.run_dir, data, options_.keep_checkpoints);
   }
-  world_->barrier();
+  // Rank 0 may write for longer than a collective may wait: the others wait here under the
+  // save's own limit.
+  world_->barrier(std::max(options_.save_timeout, options_.comm_timeout));
   return (fs::path(nn::checkpoints_dir(options_.run_dir)) / nn::checkpoint_name(step_)).string();
 }
 

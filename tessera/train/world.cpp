@@ -19,13 +19,14 @@
 
 namespace tessera::train {
 
-std::shared_ptr<parallel::Communicator> default_world(Device device) {
+std::shared_ptr<parallel::Communicator> default_world(Device device,
+                                                      parallel::CommOptions options) {
 #if TESSERA_HAS_MPI
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (initialized && !finalized) {
-    auto world = parallel::MpiCommunicator::world();
+    auto world = parallel::MpiCommunicator::world(options);
     if (world->size() > 1) {
       if (device.is_cpu()) return world;
 #if TESSERA_HAS_NCCL
@@ -50,7 +51,7 @@ std::shared_ptr<parallel::Communicator> default_world(Device device) {
     }
   }
 #endif
-  return std::make_shared<parallel::LocalCommunicator>("world");
+  return std::make_shared<parallel::LocalCommunicator>("world", options);
 }
 
 bool world_carries(const parallel::Communicator& world, Device device) {

@@ -15,7 +15,9 @@ namespace tessera::train {
 // else MPI's world for CPU tensors, and for CUDA tensors the NCCL communicator over it (real
 // NCCL on GPUs, the simulated one on simulated devices, whichever the build has). A build
 // without an NCCL communicator refuses CUDA under several ranks in one line.
-std::shared_ptr<parallel::Communicator> default_world(Device device = Device::cpu());
+// options: the communicator's (its timeout, wait mode); the NCCL world takes the same.
+std::shared_ptr<parallel::Communicator> default_world(Device device = Device::cpu(),
+                                                      parallel::CommOptions options = {});
 
 // Whether `world` can carry `device`'s tensors between its ranks.
 bool world_carries(const parallel::Communicator& world, Device device);

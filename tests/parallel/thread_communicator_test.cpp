@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tessera/parallel/comm/run_ranks.h"
@@ -200,20 +202,61 @@ TEST(ThreadCommunicatorN1, MismatchedCollectivesAreOneErrorOnEveryRank) {
   }
 }
 
-TEST(ThreadCommunicatorDeathTestN1, AWaitPastTheTimeoutNamesTheCallAndAborts) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+// A wait past the timeout throws CommError naming the call and breaks the rank's groups: the
+// world and a group split from it refuse every later call, naming the first failure. (With the
+// old behaviour, an abort, the process would end inside the first wait.)
+TEST(ThreadCommunicatorN1, AWaitPastTheTimeoutThrowsAndBreaksTheGroups) {
   CommOptions options;
   options.timeout_seconds = 0.2;
-  // Rank 1 never joins the all-reduce (and does not fail): rank 0 waits past the timeout.
-  EXPECT_DEATH(run_ranks(
-                   2,
-                   [](std::shared_ptr<Communicator> world) {
-                     world->set_step(17);
-                     if (world->rank() == 0) world->all_reduce(ones({3}));
-                   },
-                   options),
-               "collective timed out after .*rank 0 of group world \\(size 2\\), all_reduce sum "
-               "of f32\\[3\\].*step 17");
+  std::string timed_out, refused, refused_split;
+  bool broken = false;
+  run_ranks(
+      2,
+      [&](std::shared_ptr<Communicator> world) {
+        world->set_step(17);
+        auto pair = world->split(0, world->rank(), "dp");
+        if (world->rank() != 0) return;  // rank 1 never joins the all-reduce, and does not fail
+        try {
+          world->all_reduce(ones({3}));
+        } catch (const CommError& e) {
+          timed_out = e.what();
+        }
+        broken = world->broken() && pair->broken();
+        try {
+          world->broadcast(ones({2}), 0);
+        } catch (const CommError& e) {
+          refused = e.what();
+        }
+        try {
+          pair->barrier();
+        } catch (const CommError& e) {
+          refused_split = e.what();
+        }
+      },
+      options);
+  EXPECT_TRUE(contains(timed_out, "collective timed out after")) << timed_out;
+  EXPECT_TRUE(contains(timed_out, "(timeout 0.2 s): rank 0 of group world (size 2), all_reduce "
+                                  "sum of f32[3], step 17"))
+      << timed_out;
+  EXPECT_TRUE(broken);
+  EXPECT_TRUE(contains(refused, "broadcast of f32[2], step 17: refused, the group is broken")) << refused;
+  EXPECT_TRUE(contains(refused, timed_out)) << refused;
+  EXPECT_TRUE(contains(refused_split, "group dp (size 2), barrier, step 17: refused")) << refused_split;
+}
+
+// A barrier's own timeout replaces the group's for that call (the wait after a save).
+TEST(ThreadCommunicatorN1, ABarrierWaitsForItsOwnTimeout) {
+  CommOptions options;
+  options.timeout_seconds = 0.2;
+  run_ranks(
+      2,
+      [](std::shared_ptr<Communicator> world) {
+        if (world->rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+        world->barrier(30);  // rank 1 waits 0.6 s, three times the group's timeout
+        EXPECT_FALSE(world->broken());
+        world->all_reduce(ones({1}));  // the group still works
+      },
+      options);
 }
 
 }  // namespace

@@ -57,7 +57,7 @@ int StopSignals::first_signal() {
 }
 
 int stopped_exit_status(int signal) {
-  return signal == SIGTERM || signal == SIGUSR1 ? kPreemptedExit : 130;
+  return signal == SIGTERM || signal == SIGUSR1 ? kPreemptedExit : kInterruptedExit;
 }
 
 }  // namespace tessera::cli

@@ -14,9 +14,10 @@
 #include <atomic>
 #include <csignal>
 
+#include "cli/exit_status.h"
+
 namespace tessera::cli {
 
-inline constexpr int kPreemptedExit = 75;
 inline constexpr double kRepeatSeconds = 1.0;
 
 // Installs the handlers for its lifetime and restores the previous ones after.

@@ -2,8 +2,9 @@
 // --config loads a JSON file first and flags given on the command line override it. The
 // training itself is train::Trainer's (tessera/train/trainer.h): this file turns flags into
 // options, runs Trainer::fit, prints the samples, and maps failures to one line and an exit
-// status (2: a device or layout that cannot run; 1: any other error; 130: stopped by Ctrl-C;
-// 75: preempted by SIGTERM or SIGUSR1, a checkpoint saved: cli/stop_signals.h).
+// status (2: a device or layout that cannot run; 1: any other error; 124: a collective timed
+// out or failed, parallel::CommError; 130: stopped by Ctrl-C; 75: preempted by SIGTERM or
+// SIGUSR1, a checkpoint saved: cli/stop_signals.h).
 
 #include <atomic>
 #include <csignal>
@@ -11,6 +12,7 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/exit_status.h"
 #include "cli/stop_signals.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
@@ -96,6 +98,12 @@ const std::map<std::string, std::string>& flag_help() {
       {"offload",
        "none, or optimizer: fp32 master weights, AdamW state and update in host memory "
        "(ZeRO-Offload; --device cuda, bf16 or fp16, ZeRO 1-3)"},
+      {"comm_timeout",
+       "seconds a collective may wait before the job ends with exit status 124 (several "
+       "ranks; keep it below a supervisor's heartbeat timeout)"},
+      {"save_timeout",
+       "seconds the ranks wait for a checkpoint save to finish (it replaces --comm-timeout "
+       "for that wait)"},
       {"recompute",
        "activation recomputation: none, selective (the MLP activation, elementwise) or full "
        "(whole blocks; see --recompute-layers)"},
@@ -142,14 +150,14 @@ using train::TrainOptions;
 // Once training runs, a rank may fail alone (a file it writes, a collective timing out) while
 // the others wait on it: say which rank in one write (so that ranks failing at once print whole
 // lines), and end the whole job.
-[[noreturn]] void abort_job(int rank, const char* what) {
+[[noreturn]] void abort_job(int rank, const char* what, int status) {
   const std::string line = str_cat("tessera train: rank ", rank, ": ", what, "\n");
   std::cerr.write(line.data(), std::streamsize(line.size()));
   std::cerr.flush();
 #if TESSERA_HAS_MPI
-  MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Abort(MPI_COMM_WORLD, status);
 #endif
-  std::abort();
+  std::_Exit(status);
 }
 
 // The stop signal every rank ends on: the highest any rank received (SIGTERM and SIGUSR1,
@@ -174,10 +182,10 @@ int run_training(const TrainOptions& options, const StopSignals& stop) {
     trainer = std::make_unique<train::Trainer>(options);
   } catch (const train::DeviceUnavailable& e) {
     if (reports) std::cerr << e.what() << "\n";
-    return 2;  // not a usage error of the run itself: the machine lacks the device
+    return kUnrunnableExit;  // not a usage error of the run itself: the machine lacks it
   } catch (const train::LayoutError& e) {
     if (reports) std::cerr << e.what() << "\n";
-    return 2;
+    return kUnrunnableExit;
   } catch (const Error&) {
     if (reports) throw;
     return 1;
@@ -194,8 +202,11 @@ int run_training(const TrainOptions& options, const StopSignals& stop) {
                              Device::cpu(), std::cout);
       }
     }
+  } catch (const parallel::CommError& e) {
+    // The group is broken (comm_health.h): no collective can end the job cleanly.
+    abort_job(trainer->world().rank(), e.what(), kCommFailedExit);
   } catch (const std::exception& e) {
-    if (trainer->world().size() > 1) abort_job(trainer->world().rank(), e.what());
+    if (trainer->world().size() > 1) abort_job(trainer->world().rank(), e.what(), 1);
     throw;
   }
   if (!r.interrupted) return 0;

@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
@@ -199,6 +202,19 @@ std::vector<int64_t> list_checkpoints(const std::string& run_dir) {
   return steps;
 }
 
+// Tests only: TESSERA_FAULT_SAVE_PAUSE=S sleeps S seconds in the middle of every save, with the
+// model file written and the rest not, so that a test can make a save slower than the
+// collective timeout, or kill a rank while its save is half-written.
+namespace {
+void pause_for_fault_test() {
+  static const double seconds = [] {
+    const char* env = std::getenv("TESSERA_FAULT_SAVE_PAUSE");
+    return env != nullptr ? std::atof(env) : 0.0;
+  }();
+  if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+}  // namespace
+
 std::string save_checkpoint(const std::string& run_dir, const CheckpointData& data, int64_t keep) {
   const std::string name = checkpoint_name(data.step);
   TESSERA_CHECK(keep >= 0, "save_checkpoint: keep must be >= 0, got ", keep);
@@ -216,6 +232,7 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointData& da
                 tmp.string(), ": ", ec.message());
   TempDirGuard guard(tmp);
   write_safetensors((tmp / kCheckpointModelFile).string(), data.model);
+  pause_for_fault_test();
   write_safetensors((tmp / kCheckpointOptimizerFile).string(), data.optimizer);
   nlohmann::json state = {
       {"format", kFormat},

@@ -37,11 +37,13 @@ CommWait parse_comm_wait(const std::string& value, const std::string& where) {
 
 Communicator::Communicator(std::string name, CommOptions options,
                            std::shared_ptr<std::atomic<int64_t>> step,
-                           std::shared_ptr<CommTraffic> traffic)
+                           std::shared_ptr<CommTraffic> traffic,
+                           std::shared_ptr<CommHealth> health)
     : name_(std::move(name)),
       options_(options),
       step_(step ? std::move(step) : std::make_shared<std::atomic<int64_t>>(-1)),
-      traffic_(traffic ? std::move(traffic) : std::make_shared<CommTraffic>()) {
+      traffic_(traffic ? std::move(traffic) : std::make_shared<CommTraffic>()),
+      health_(health ? std::move(health) : std::make_shared<CommHealth>()) {
   TESSERA_CHECK(options_.timeout_seconds > 0, "communicator ", name_,
                 ": timeout must be positive, got ", options_.timeout_seconds);
   TESSERA_CHECK(options_.mpi_exchange_max_ranks >= 1, "communicator ", name_,
@@ -50,8 +52,9 @@ Communicator::Communicator(std::string name, CommOptions options,
 }
 
 std::string Communicator::describe_call(const char* collective, const Tensor& x) const {
-  return str_cat("rank ", rank(), " of group ", name_, " (size ", size(), "), ", collective, " of ",
-                 x.describe(), step() >= 0 ? str_cat(", step ", step()) : "");
+  return str_cat("rank ", rank(), " of group ", name_, " (size ", size(), "), ", collective,
+                 x.defined() ? str_cat(" of ", x.describe()) : std::string(),
+                 step() >= 0 ? str_cat(", step ", step()) : "");
 }
 
 void Communicator::count(CommKind kind, const Tensor& message) {
@@ -77,8 +80,16 @@ void check_peer(const Communicator& c, const char* what, int peer) {
 
 }  // namespace
 
+void Communicator::barrier(double timeout_seconds) {
+  TESSERA_CHECK(timeout_seconds >= 0, "barrier on group ", name_, ": timeout must be >= 0, got ",
+                timeout_seconds);
+  if (health_->broken()) health_->check(describe_call("barrier", Tensor()));
+  do_barrier(timeout_seconds > 0 ? timeout_seconds : options_.timeout_seconds);
+}
+
 std::shared_ptr<Work> Communicator::all_reduce_async(const Tensor& x, CommOp op) {
   check_tensor(*this, "all_reduce", x);
+  if (health_->broken()) health_->check(describe_call("all_reduce", x));
   TESSERA_CHECK(op != CommOp::avg || is_floating(x.dtype()), "all_reduce avg on group ", name_,
                 ": ", x.describe(), " is not floating");
   if (size() == 1 || x.numel() == 0) return std::make_shared<CompletedWork>();
@@ -90,6 +101,7 @@ std::shared_ptr<Work> Communicator::reduce_scatter_async(const Tensor& in, const
                                                          CommOp op) {
   check_tensor(*this, "reduce_scatter", in);
   check_tensor(*this, "reduce_scatter", out);
+  if (health_->broken()) health_->check(describe_call("reduce_scatter", in));
   const bool widening = (in.dtype() == DType::bf16 || in.dtype() == DType::f16) &&
                         out.dtype() == DType::f32 && op != CommOp::max;
   TESSERA_CHECK(in.numel() == out.numel() * size() &&
@@ -104,6 +116,7 @@ std::shared_ptr<Work> Communicator::reduce_scatter_async(const Tensor& in, const
 std::shared_ptr<Work> Communicator::all_gather_async(const Tensor& in, const Tensor& out) {
   check_tensor(*this, "all_gather", in);
   check_tensor(*this, "all_gather", out);
+  if (health_->broken()) health_->check(describe_call("all_gather", in));
   TESSERA_CHECK(out.numel() == in.numel() * size() && in.dtype() == out.dtype() &&
                     in.device() == out.device(),
                 "all_gather on group ", name_, ": output ", out.describe(), " must hold ", size(),
@@ -114,6 +127,7 @@ std::shared_ptr<Work> Communicator::all_gather_async(const Tensor& in, const Ten
 
 std::shared_ptr<Work> Communicator::broadcast_async(const Tensor& x, int root) {
   check_tensor(*this, "broadcast", x);
+  if (health_->broken()) health_->check(describe_call("broadcast", x));
   TESSERA_CHECK(root >= 0 && root < size(), "broadcast on group ", name_, ": root ", root,
                 " is outside a group of ", size());
   if (size() == 1 || x.numel() == 0) return std::make_shared<CompletedWork>();
@@ -124,6 +138,7 @@ std::shared_ptr<Work> Communicator::broadcast_async(const Tensor& x, int root) {
 std::shared_ptr<Work> Communicator::send_async(const Tensor& x, int dst, int tag) {
   check_tensor(*this, "send", x);
   check_peer(*this, "send", dst);
+  if (health_->broken()) health_->check(describe_call("send", x));
   count(CommKind::send, x);
   return do_send(x, dst, tag);
 }
@@ -131,6 +146,7 @@ std::shared_ptr<Work> Communicator::send_async(const Tensor& x, int dst, int tag
 std::shared_ptr<Work> Communicator::recv_async(const Tensor& x, int src, int tag) {
   check_tensor(*this, "recv", x);
   check_peer(*this, "recv", src);
+  if (health_->broken()) health_->check(describe_call("recv", x));
   count(CommKind::recv, x);
   return do_recv(x, src, tag);
 }

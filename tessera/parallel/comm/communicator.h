@@ -6,8 +6,9 @@
 // has an async form returning a Work handle; the blocking form is async + wait().
 //
 // Waiting has a timeout (CommOptions::timeout_seconds). A collective that does not finish in
-// time aborts the whole job (a hung rank cannot be recovered from inside one process) after
-// printing which rank, which group, which collective and which training step it was.
+// time, or fails in the transport, throws CommError naming the rank, group, collective and
+// training step, and leaves its group and every group split from the same world broken: later
+// calls throw at once (comm_health.h). The library never ends the process; its caller does.
 
 #include <atomic>
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <string>
 
 #include "tessera/core/tensor.h"
+#include "tessera/parallel/comm/comm_health.h"
 #include "tessera/parallel/comm/traffic.h"
 
 namespace tessera::parallel {
@@ -25,7 +27,7 @@ const char* comm_op_name(CommOp op);
 class Work {
  public:
   virtual ~Work() = default;
-  // Blocks until the operation completes (or the timeout aborts the job).
+  // Blocks until the operation completes; throws CommError past the timeout or on a failure.
   virtual void wait() = 0;
   // True once complete; never blocks.
   virtual bool test() = 0;
@@ -89,7 +91,9 @@ class Communicator {
   void broadcast(const Tensor& x, int root) { broadcast_async(x, root)->wait(); }
   void send(const Tensor& x, int dst, int tag = 0) { send_async(x, dst, tag)->wait(); }
   void recv(const Tensor& x, int src, int tag = 0) { recv_async(x, src, tag)->wait(); }
-  virtual void barrier() = 0;
+  // Returns once every rank has entered it. timeout_seconds > 0 replaces the group's timeout
+  // for this call (the wait after a checkpoint save, which may be long); 0 keeps it.
+  void barrier(double timeout_seconds = 0);
 
   // Whether point-to-point transfers follow NCCL's semantics: no tags (the transfers between
   // two ranks match in the order they are issued) and a transfer holds its stream until its
@@ -106,16 +110,24 @@ class Communicator {
   int64_t step() const { return step_->load(); }
   const CommOptions& options() const { return options_; }
 
+  // Whether a collective of this group, or of any group of its family (split from the same
+  // world), timed out or failed; the first failure's message. Every call of a broken group
+  // throws CommError.
+  bool broken() const { return health_->broken(); }
+  std::string broken_reason() const { return health_->reason(); }
+  const std::shared_ptr<CommHealth>& shared_health() const { return health_; }
+
   // The bytes this rank handed to collectives, shared with every group split from this one
   // (traffic.h). A wrapper (TimedCommunicator) shows the traffic of the group it wraps.
   CommTraffic& traffic() const { return *traffic_; }
   const std::shared_ptr<CommTraffic>& shared_traffic() const { return traffic_; }
 
  protected:
-  // step and traffic: a parent's, for a split (null: this group starts its own).
+  // step, traffic and health: a parent's, for a split (null: this group starts its own).
   Communicator(std::string name, CommOptions options,
                std::shared_ptr<std::atomic<int64_t>> step = nullptr,
-               std::shared_ptr<CommTraffic> traffic = nullptr);
+               std::shared_ptr<CommTraffic> traffic = nullptr,
+               std::shared_ptr<CommHealth> health = nullptr);
 
   // Implementations get validated arguments (defined, contiguous, on a supported device,
   // sizes consistent).
@@ -126,6 +138,8 @@ class Communicator {
   virtual std::shared_ptr<Work> do_broadcast(const Tensor& x, int root) = 0;
   virtual std::shared_ptr<Work> do_send(const Tensor& x, int dst, int tag) = 0;
   virtual std::shared_ptr<Work> do_recv(const Tensor& x, int src, int tag) = 0;
+  // timeout_seconds: the wait's limit (positive).
+  virtual void do_barrier(double timeout_seconds) = 0;
 
   // "rank 3 of group tp (size 2), all_reduce of f32[1024] on cpu, step 17"
   std::string describe_call(const char* collective, const Tensor& x) const;
@@ -134,6 +148,7 @@ class Communicator {
   CommOptions options_;
   std::shared_ptr<std::atomic<int64_t>> step_;
   std::shared_ptr<CommTraffic> traffic_;
+  std::shared_ptr<CommHealth> health_;
   // False for a wrapper whose calls the wrapped group counts already.
   bool counts_traffic_ = true;
 

@@ -14,7 +14,6 @@ class LocalCommunicator final : public Communicator {
       : Communicator(std::move(name), options, std::move(step), std::move(traffic)) {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  void barrier() override {}
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
 
  protected:
@@ -24,6 +23,7 @@ class LocalCommunicator final : public Communicator {
   std::shared_ptr<Work> do_broadcast(const Tensor& x, int root) override;
   std::shared_ptr<Work> do_send(const Tensor& x, int dst, int tag) override;
   std::shared_ptr<Work> do_recv(const Tensor& x, int src, int tag) override;
+  void do_barrier(double) override {}
 };
 
 }  // namespace tessera::parallel

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 
@@ -55,12 +56,15 @@ class MpiWork final : public Work {
  public:
   using Phase = MpiPhase;
 
+  // group: the communicator it runs on (its options, and the health a failure marks).
+  // timeout_seconds > 0 replaces the group's timeout.
   MpiWork(std::vector<Phase> phases, std::function<std::string()> describe,
-          const CommOptions& options, std::vector<Tensor> keep_alive)
+          const Communicator& group, std::vector<Tensor> keep_alive, double timeout_seconds = 0)
       : phases_(std::move(phases)),
         describe_(std::move(describe)),
-        timeout_(options.timeout_seconds),
-        yield_(options.wait != CommWait::spin),
+        timeout_(timeout_seconds > 0 ? timeout_seconds : group.options().timeout_seconds),
+        yield_(group.options().wait != CommWait::spin),
+        health_(group.shared_health()),
         keep_(std::move(keep_alive)),
         start_(std::chrono::steady_clock::now()) {
     advance();
@@ -87,17 +91,32 @@ class MpiWork final : public Work {
   }
 
   void wait() override {
-    poll_until_done([this] { return test(); }, timeout_, start_, describe_,
-                    [] { MPI_Abort(MPI_COMM_WORLD, 124); }, yield_);
+    poll_until_done([this] { return test(); }, timeout_, start_, describe_, *health_,
+                    [this] { abandon(); }, yield_);
   }
 
  private:
   void advance() { requests_ = phases_[next_++](); }
 
+  // The posted requests may still write into the buffers (MPI cannot cancel a collective):
+  // they and the requests are kept to the end of the process, and never completed.
+  void abandon() {
+    static std::mutex mutex;
+    static auto* kept = new std::vector<Tensor>();
+    static auto* posted = new std::vector<MPI_Request>();
+    std::lock_guard<std::mutex> lock(mutex);
+    kept->insert(kept->end(), keep_.begin(), keep_.end());
+    posted->insert(posted->end(), requests_.begin(), requests_.end());
+    keep_.clear();
+    requests_.clear();
+    next_ = phases_.size() + 1;  // a later test() reports done, and posts nothing more
+  }
+
   std::vector<Phase> phases_;
   std::function<std::string()> describe_;
   double timeout_;
   bool yield_;
+  std::shared_ptr<CommHealth> health_;
   std::vector<Tensor> keep_;
   std::chrono::steady_clock::time_point start_;
   std::vector<MPI_Request> requests_;
@@ -175,7 +194,11 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (owns_ && !finalized) MPI_Finalize();
+  if (!owns_ || finalized) return;
+  // A broken group's collectives are still posted; MPI_Finalize would wait on them (and on
+  // peers that may be dead or stuck), so the job ends here instead (comm_health.h).
+  if (any_comm_broken()) MPI_Abort(MPI_COMM_WORLD, kBrokenCommExit);
+  MPI_Finalize();
 }
 
 namespace {
@@ -224,7 +247,7 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::world(CommOptions options) {
                 "tessera::parallel::MpiSession in main() first");
   options.wait = resolve_wait(options.wait);
   return std::shared_ptr<MpiCommunicator>(
-      new MpiCommunicator(MPI_COMM_WORLD, false, "world", options, nullptr, nullptr));
+      new MpiCommunicator(MPI_COMM_WORLD, false, "world", options, nullptr, nullptr, nullptr));
 }
 
 std::shared_ptr<std::atomic<uint32_t>> MpiCommunicator::world_exchange_calls() {
@@ -236,8 +259,10 @@ std::shared_ptr<std::atomic<uint32_t>> MpiCommunicator::world_exchange_calls() {
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned, std::string name, CommOptions options,
                                  std::shared_ptr<std::atomic<int64_t>> step,
-                                 std::shared_ptr<CommTraffic> traffic)
-    : Communicator(std::move(name), options, std::move(step), std::move(traffic)),
+                                 std::shared_ptr<CommTraffic> traffic,
+                                 std::shared_ptr<CommHealth> health)
+    : Communicator(std::move(name), options, std::move(step), std::move(traffic),
+                   std::move(health)),
       comm_(comm),
       owned_(owned),
       exchange_calls_(owned ? std::make_shared<std::atomic<uint32_t>>(0) : world_exchange_calls()) {
@@ -254,7 +279,8 @@ MpiCommunicator::~MpiCommunicator() {
 std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
   MPI_Comm child;
   check_mpi(MPI_Comm_split(comm_, color, key, &child), "MPI_Comm_split");
-  return std::shared_ptr<MpiCommunicator>(new MpiCommunicator(child, true, name, options_, step_, traffic_));
+  return std::shared_ptr<MpiCommunicator>(
+      new MpiCommunicator(child, true, name, options_, step_, traffic_, health_));
 }
 
 int MpiCommunicator::exchange_tag() {
@@ -262,15 +288,14 @@ int MpiCommunicator::exchange_tag() {
   return kFirstExchangeTag + int(exchange_calls_->fetch_add(1) % uint32_t(kExchangeTags));
 }
 
-void MpiCommunicator::barrier() {
+void MpiCommunicator::do_barrier(double timeout_seconds) {
   MPI_Comm comm = comm_;
-  Tensor none = empty({0});
   MpiWork w({[comm] {
               MPI_Request r;
               check_mpi(MPI_Ibarrier(comm, &r), "MPI_Ibarrier");
               return std::vector<MPI_Request>{r};
             }},
-            [this, none] { return describe_call("barrier", none); }, options_, {});
+            [this] { return describe_call("barrier", Tensor()); }, *this, {}, timeout_seconds);
   w.wait();
 }
 
@@ -294,7 +319,7 @@ std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const Tensor& x, CommOp op)
           check_mpi(MPI_Iallreduce(MPI_IN_PLACE, p, count, type, mop, comm, &r), "MPI_Iallreduce");
           return std::vector<MPI_Request>{r};
         }},
-        describe, options_, std::vector<Tensor>{x});
+        describe, *this, std::vector<Tensor>{x});
   }
   // Sum (or avg) of floats, every element summed in rank order so that every rank receives the
   // same bits. Up to 8 KiB: every rank's x goes to every rank (an exchange, or past
@@ -329,7 +354,7 @@ std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const Tensor& x, CommOp op)
       sum_in_rank_order(parts.data(), n, xp, len, dtype, scale);
       return std::vector<MPI_Request>{};
     });
-    return std::make_shared<MpiWork>(std::move(phases), std::move(describe), options_,
+    return std::make_shared<MpiWork>(std::move(phases), std::move(describe), *this,
                                      std::vector<Tensor>{x, all});
   }
   // Larger: the ordered reduce-scatter, each rank's sum written over its own chunk of the
@@ -358,7 +383,7 @@ std::shared_ptr<Work> MpiCommunicator::do_all_reduce(const Tensor& x, CommOp op)
     if (!in_place) ops::copy_(ops::reshape(x, {x.numel()}), ops::narrow(buf, 0, 0, x.numel()));
     return std::vector<MPI_Request>{};
   });
-  return std::make_shared<MpiWork>(std::move(phases), std::move(describe), options_,
+  return std::make_shared<MpiWork>(std::move(phases), std::move(describe), *this,
                                    std::move(keep));
 }
 
@@ -393,7 +418,7 @@ std::shared_ptr<Work> MpiCommunicator::do_reduce_scatter(const Tensor& in, const
     });
   }
   return std::make_shared<MpiWork>(
-      std::move(phases), [this, in] { return describe_call("reduce_scatter", in); }, options_,
+      std::move(phases), [this, in] { return describe_call("reduce_scatter", in); }, *this,
       std::move(keep));
 }
 
@@ -419,7 +444,7 @@ std::shared_ptr<Work> MpiCommunicator::do_all_gather(const Tensor& in, const Ten
                   "MPI_Iallgather");
         return std::vector<MPI_Request>{r};
       }},
-      [this, in] { return describe_call("all_gather", in); }, options_,
+      [this, in] { return describe_call("all_gather", in); }, *this,
       std::vector<Tensor>{in, out});
 }
 
@@ -434,7 +459,7 @@ std::shared_ptr<Work> MpiCommunicator::do_broadcast(const Tensor& x, int root) {
         check_mpi(MPI_Ibcast(x.data_ptr(), count, type, root, comm, &r), "MPI_Ibcast");
         return std::vector<MPI_Request>{r};
       }},
-      [this, x] { return describe_call("broadcast", x); }, options_, std::vector<Tensor>{x});
+      [this, x] { return describe_call("broadcast", x); }, *this, std::vector<Tensor>{x});
 }
 
 std::shared_ptr<Work> MpiCommunicator::do_send(const Tensor& x, int dst, int tag) {
@@ -451,7 +476,7 @@ std::shared_ptr<Work> MpiCommunicator::do_send(const Tensor& x, int dst, int tag
         check_mpi(MPI_Isend(x.data_ptr(), count, type, dst, tag, comm, &r), "MPI_Isend");
         return std::vector<MPI_Request>{r};
       }},
-      [this, x, dst] { return describe_call(str_cat("send to ", dst).c_str(), x); }, options_,
+      [this, x, dst] { return describe_call(str_cat("send to ", dst).c_str(), x); }, *this,
       std::vector<Tensor>{x});
 }
 
@@ -469,7 +494,7 @@ std::shared_ptr<Work> MpiCommunicator::do_recv(const Tensor& x, int src, int tag
         check_mpi(MPI_Irecv(x.data_ptr(), count, type, src, tag, comm, &r), "MPI_Irecv");
         return std::vector<MPI_Request>{r};
       }},
-      [this, x, src] { return describe_call(str_cat("recv from ", src).c_str(), x); }, options_,
+      [this, x, src] { return describe_call(str_cat("recv from ", src).c_str(), x); }, *this,
       std::vector<Tensor>{x});
 }
 

@@ -19,7 +19,10 @@ namespace tessera::parallel {
 
 // Initialises MPI (MPI_THREAD_MULTIPLE) for the life of the object, unless the host program
 // already did, in which case it leaves init and finalize to the host. Create one in main()
-// before any MpiCommunicator.
+// before any MpiCommunicator. When a communicator of the process broke (a collective timed out
+// or failed: comm_health.h), the destructor ends the job with MPI_Abort(kBrokenCommExit)
+// rather than MPI_Finalize, which would wait on the abandoned collective.
+inline constexpr int kBrokenCommExit = 124;
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);
@@ -41,7 +44,6 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void barrier() override;
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
   MPI_Comm comm() const { return comm_; }
 
@@ -52,11 +54,12 @@ class MpiCommunicator final : public Communicator {
   std::shared_ptr<Work> do_broadcast(const Tensor& x, int root) override;
   std::shared_ptr<Work> do_send(const Tensor& x, int dst, int tag) override;
   std::shared_ptr<Work> do_recv(const Tensor& x, int src, int tag) override;
+  void do_barrier(double timeout_seconds) override;
 
  private:
   MpiCommunicator(MPI_Comm comm, bool owned, std::string name, CommOptions options,
                   std::shared_ptr<std::atomic<int64_t>> step,
-                  std::shared_ptr<CommTraffic> traffic);
+                  std::shared_ptr<CommTraffic> traffic, std::shared_ptr<CommHealth> health);
   // The tag of the next call that moves its data as point-to-point exchanges, or -1 where the
   // group is too large for them (mpi_exchange.h); called once per such call, in issue order.
   int exchange_tag();

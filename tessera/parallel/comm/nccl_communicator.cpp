@@ -94,13 +94,16 @@ std::atomic<bool> g_missing_wait_planted{false};  // NcclCommunicator::plant_mis
 class NcclWork final : public Work {
  public:
   NcclWork(cuda::StreamOrder& order, void* done, std::shared_ptr<ncclComm> comm, NcclWait mode,
-           const CommOptions& options, std::string what, std::vector<Tensor> keep_alive)
+           const CommOptions& options, double timeout_seconds,
+           std::shared_ptr<CommHealth> health, std::string what,
+           std::vector<Tensor> keep_alive)
       : order_(order),
         done_(done),
         comm_(std::move(comm)),
         mode_(mode),
-        timeout_(options.timeout_seconds),
+        timeout_(timeout_seconds > 0 ? timeout_seconds : options.timeout_seconds),
         yield_(options.wait != CommWait::spin),
+        health_(std::move(health)),
         what_(std::move(what)),
         keep_(std::move(keep_alive)),
         start_(std::chrono::steady_clock::now()) {}
@@ -133,7 +136,9 @@ class NcclWork final : public Work {
   }
 
   // Polls the event (a short spin, then sleeps backing off to 100 us, as the MPI communicator
-  // does) until it completes, NCCL reports an asynchronous error, or the timeout aborts the job.
+  // does) until it completes, NCCL reports an asynchronous error, or the timeout passes: then
+  // the NCCL communicator is aborted (its kernels stop), the buffers are kept to the end of the
+  // process, and CommError is thrown.
   void block() {
     auto done = [this] {
       if (test()) return true;
@@ -145,10 +150,12 @@ class NcclWork final : public Work {
       return false;
     };
     poll_until_done(
-        done, timeout_, start_, [this] { return what_; },
+        done, timeout_, start_, [this] { return what_; }, *health_,
         [this] {
           ncclCommAbort(comm_.get());
-          MPI_Abort(MPI_COMM_WORLD, 124);
+          static auto* kept = new std::vector<Tensor>();
+          kept->insert(kept->end(), keep_.begin(), keep_.end());
+          keep_.clear();
         },
         yield_);
   }
@@ -160,6 +167,7 @@ class NcclWork final : public Work {
   NcclWait mode_;
   double timeout_;
   bool yield_;
+  std::shared_ptr<CommHealth> health_;
   std::string what_;
   std::vector<Tensor> keep_;
   std::chrono::steady_clock::time_point start_;
@@ -216,13 +224,15 @@ std::shared_ptr<NcclCommunicator> NcclCommunicator::create(MPI_Comm mpi_comm,
   ncclComm_t comm = nullptr;
   TESSERA_NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
   return std::shared_ptr<NcclCommunicator>(
-      new NcclCommunicator(comm, name, options, wait, nullptr, nullptr));
+      new NcclCommunicator(comm, name, options, wait, nullptr, nullptr, nullptr));
 }
 
 NcclCommunicator::NcclCommunicator(ncclComm* comm, std::string name, CommOptions options,
                                    NcclWait wait, std::shared_ptr<std::atomic<int64_t>> step,
-                                   std::shared_ptr<CommTraffic> traffic)
-    : Communicator(std::move(name), options, std::move(step), std::move(traffic)),
+                                   std::shared_ptr<CommTraffic> traffic,
+                                   std::shared_ptr<CommHealth> health)
+    : Communicator(std::move(name), options, std::move(step), std::move(traffic),
+                   std::move(health)),
       comm_(comm, [](ncclComm* c) { ncclCommDestroy(c); }),
       wait_(wait) {
   TESSERA_NCCL_CHECK(ncclCommUserRank(comm, &rank_));
@@ -251,12 +261,13 @@ std::shared_ptr<Communicator> NcclCommunicator::split(int color, int key, const 
   ncclComm_t child = nullptr;
   TESSERA_NCCL_CHECK(ncclCommSplit(comm_.get(), color, key, &child, nullptr));
   return std::shared_ptr<NcclCommunicator>(
-      new NcclCommunicator(child, name, options_, wait_, step_, traffic_));
+      new NcclCommunicator(child, name, options_, wait_, step_, traffic_, health_));
 }
 
 template <class Issue>
 std::shared_ptr<Work> NcclCommunicator::launch(std::string what, std::vector<Tensor> tensors,
-                                               NcclWait wait, Issue&& issue) {
+                                               NcclWait wait, Issue&& issue,
+                                               double timeout_seconds) {
   cuda::StreamOrder& order = *order_;
   void* compute = order.compute_stream();
   const cudaStream_t comm = as_stream(order.comm_stream());
@@ -266,7 +277,7 @@ std::shared_ptr<Work> NcclCommunicator::launch(std::string what, std::vector<Ten
   order.destroy_event(ready);  // released once the wait it feeds has run
   issue(comm);
   void* done = order.record_event(comm);
-  return std::make_shared<NcclWork>(order, done, comm_, wait, options_,
+  return std::make_shared<NcclWork>(order, done, comm_, wait, options_, timeout_seconds, health_,
                                     std::move(what), std::move(tensors));
 }
 
@@ -295,14 +306,15 @@ std::shared_ptr<Work> NcclCommunicator::on_device(const char* collective,
   return std::make_shared<CompletedWork>();  // the copies back waited for the results
 }
 
-void NcclCommunicator::barrier() {
+void NcclCommunicator::do_barrier(double timeout_seconds) {
   Tensor token = zeros({1}, DType::i32, Device::cuda(device_));
   ncclComm_t comm = comm_.get();
   auto work = launch(describe_call("barrier", token), {token}, NcclWait::blocking,
                      [&](cudaStream_t stream) {
                        void* p = token.data_ptr("barrier");
                        TESSERA_NCCL_CHECK(ncclAllReduce(p, p, 1, ncclInt32, ncclSum, comm, stream));
-                     });
+                     },
+                     timeout_seconds);
   work->wait();
 }
 

@@ -226,11 +226,13 @@ void run(Group& g, Pending& p) {
 class ThreadWork final : public Work {
  public:
   ThreadWork(std::shared_ptr<World> world, std::shared_ptr<Completion> c,
-             std::function<std::string()> describe, double timeout)
+             std::function<std::string()> describe, double timeout,
+             std::shared_ptr<CommHealth> health)
       : world_(std::move(world)),
         c_(std::move(c)),
         describe_(std::move(describe)),
         timeout_(timeout),
+        health_(std::move(health)),
         start_(std::chrono::steady_clock::now()) {}
 
   bool test() override {
@@ -248,7 +250,8 @@ class ThreadWork final : public Work {
                               [this] { return c_->done || !world_->failure.empty(); });
           return check_locked();
         },
-        timeout_, start_, describe_, [] { std::abort(); });
+        // Nothing to keep alive: a pending call holds its tensors until the last rank runs it.
+        timeout_, start_, describe_, *health_, [] {});
   }
 
  private:
@@ -266,6 +269,7 @@ class ThreadWork final : public Work {
   std::shared_ptr<Completion> c_;
   std::function<std::string()> describe_;
   double timeout_;
+  std::shared_ptr<CommHealth> health_;
   std::chrono::steady_clock::time_point start_;
 };
 
@@ -285,15 +289,17 @@ std::vector<std::shared_ptr<ThreadCommunicator>> ThreadCommunicator::create_worl
   std::vector<std::shared_ptr<ThreadCommunicator>> out;
   for (int r = 0; r < n; ++r)
     out.push_back(std::shared_ptr<ThreadCommunicator>(
-        new ThreadCommunicator(group, r, "world", options, nullptr, nullptr)));
+        new ThreadCommunicator(group, r, "world", options, nullptr, nullptr, nullptr)));
   return out;
 }
 
 ThreadCommunicator::ThreadCommunicator(std::shared_ptr<Group> group, int rank, std::string name,
                                        CommOptions options,
                                        std::shared_ptr<std::atomic<int64_t>> step,
-                                       std::shared_ptr<CommTraffic> traffic)
-    : Communicator(std::move(name), options, std::move(step), std::move(traffic)),
+                                       std::shared_ptr<CommTraffic> traffic,
+                                       std::shared_ptr<CommHealth> health)
+    : Communicator(std::move(name), options, std::move(step), std::move(traffic),
+                   std::move(health)),
       group_(std::move(group)),
       rank_(rank) {}
 
@@ -356,13 +362,17 @@ std::shared_ptr<Work> ThreadCommunicator::issue(Call call, std::string what, con
   return std::make_shared<ThreadWork>(
       group_->world, p,
       [this, what = std::move(what), shown] { return describe_call(what.c_str(), shown); },
-      options_.timeout_seconds);
+      options_.timeout_seconds, health_);
 }
 
-void ThreadCommunicator::barrier() {
+void ThreadCommunicator::do_barrier(double timeout_seconds) {
   Call c(Kind::barrier);
   c.signature = "barrier";
-  issue(std::move(c), "barrier", empty({0}))->wait();
+  std::shared_ptr<Pending> p = issue_pending(std::move(c));
+  ThreadWork(
+      group_->world, p, [this] { return describe_call("barrier", Tensor()); }, timeout_seconds,
+      health_)
+      .wait();
 }
 
 std::shared_ptr<Communicator> ThreadCommunicator::split(int color, int key,
@@ -374,13 +384,13 @@ std::shared_ptr<Communicator> ThreadCommunicator::split(int color, int key,
   std::shared_ptr<Pending> p = issue_pending(std::move(c));
   const std::string what = str_cat("split into ", name);
   ThreadWork(
-      group_->world, p, [this, what] { return describe_call(what.c_str(), empty({0})); },
-      options_.timeout_seconds)
+      group_->world, p, [this, what] { return describe_call(what.c_str(), Tensor()); },
+      options_.timeout_seconds, health_)
       .wait();
   std::lock_guard<std::mutex> lock(group_->world->mutex);
   auto [child, child_rank] = p->split_result[size_t(rank_)];
   return std::shared_ptr<ThreadCommunicator>(
-      new ThreadCommunicator(child, child_rank, name, options_, step_, traffic_));
+      new ThreadCommunicator(child, child_rank, name, options_, step_, traffic_, health_));
 }
 
 std::shared_ptr<Work> ThreadCommunicator::do_all_reduce(const Tensor& x, CommOp op) {
@@ -473,7 +483,7 @@ std::shared_ptr<Work> ThreadCommunicator::do_recv(const Tensor& x, int src, int 
   return std::make_shared<ThreadWork>(
       group_->world, r,
       [this, x, src] { return describe_call(str_cat("recv from ", src).c_str(), x); },
-      options_.timeout_seconds);
+      options_.timeout_seconds, health_);
 }
 
 }  // namespace tessera::parallel

@@ -29,8 +29,8 @@
 //  - A rank that fails (fail(), or an exception out of run_ranks' body) marks the whole
 //    world failed: every wait that cannot complete then throws "rank k failed: ..." instead
 //    of hanging until the timeout.
-//  - A wait past CommOptions::timeout_seconds prints the same line as MPI's (rank, group,
-//    collective, step) and aborts the process.
+//  - A wait past CommOptions::timeout_seconds throws the same CommError as MPI's (rank, group,
+//    collective, step) and breaks the rank's groups (comm_health.h).
 
 #include <memory>
 #include <string>
@@ -56,7 +56,6 @@ class ThreadCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override;
-  void barrier() override;
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
 
   // Marks the whole world (this group, its parent and every split) failed by this rank: every
@@ -73,11 +72,12 @@ class ThreadCommunicator final : public Communicator {
   std::shared_ptr<Work> do_broadcast(const Tensor& x, int root) override;
   std::shared_ptr<Work> do_send(const Tensor& x, int dst, int tag) override;
   std::shared_ptr<Work> do_recv(const Tensor& x, int src, int tag) override;
+  void do_barrier(double timeout_seconds) override;
 
  private:
   ThreadCommunicator(std::shared_ptr<thread_comm::Group> group, int rank, std::string name,
                      CommOptions options, std::shared_ptr<std::atomic<int64_t>> step,
-                     std::shared_ptr<CommTraffic> traffic);
+                     std::shared_ptr<CommTraffic> traffic, std::shared_ptr<CommHealth> health);
   // Registers this rank's part of the group's next collective; the last rank runs it.
   std::shared_ptr<thread_comm::Pending> issue_pending(thread_comm::Call call);
   std::shared_ptr<Work> issue(thread_comm::Call call, std::string what, const Tensor& shown);

@@ -37,16 +37,17 @@ TimedCommunicator::TimedCommunicator(std::shared_ptr<Communicator> inner,
                                      std::shared_ptr<CommClock> clock)
     : Communicator(inner ? inner->name() : std::string("?"),
                    inner ? inner->options() : CommOptions{}, nullptr,
-                   inner ? inner->shared_traffic() : nullptr),
+                   inner ? inner->shared_traffic() : nullptr,
+                   inner ? inner->shared_health() : nullptr),
       inner_(std::move(inner)),
       clock_(clock ? std::move(clock) : std::make_shared<CommClock>()) {
   TESSERA_CHECK(inner_ != nullptr, "TimedCommunicator: the wrapped communicator is null");
   counts_traffic_ = false;  // the wrapped group counts every call forwarded to it
 }
 
-void TimedCommunicator::barrier() {
+void TimedCommunicator::do_barrier(double timeout_seconds) {
   const Clock::time_point start = Clock::now();
-  inner_->barrier();
+  inner_->barrier(timeout_seconds);
   clock_->add(since(start));
 }
 

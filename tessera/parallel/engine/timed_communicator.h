@@ -35,7 +35,6 @@ class TimedCommunicator final : public Communicator {
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
-  void barrier() override;
   bool transfers_in_issue_order() const override { return inner_->transfers_in_issue_order(); }
   // Splits the wrapped group and wraps the child with the same clock.
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
@@ -50,6 +49,7 @@ class TimedCommunicator final : public Communicator {
   std::shared_ptr<Work> do_broadcast(const Tensor& x, int root) override;
   std::shared_ptr<Work> do_send(const Tensor& x, int dst, int tag) override;
   std::shared_ptr<Work> do_recv(const Tensor& x, int src, int tag) override;
+  void do_barrier(double timeout_seconds) override;
 
  private:
   std::shared_ptr<Work> timed(std::shared_ptr<Work> work) const;

@@ -17,10 +17,10 @@
 // records an event after it. wait() in the default stream-ordered mode makes the compute
 // stream wait on that event and returns at once (no host block; the result is ready for every
 // later kernel). In blocking mode wait() polls the event with the communicator's timeout; on
-// timeout it prints the same line as the MPI communicator (rank, group, collective, step),
-// aborts the NCCL communicator and aborts the job. A hang in stream-ordered mode shows in the
+// timeout it aborts the NCCL communicator and throws the same CommError as the MPI
+// communicator (rank, group, collective, step; comm_health.h). A hang in stream-ordered mode shows in the
 // next host synchronisation instead, which has no timeout: use blocking mode to diagnose one.
-// barrier() always blocks, with the timeout.
+// barrier() always blocks, with its timeout.
 
 #include <mpi.h>
 
@@ -60,8 +60,6 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   int device() const { return device_; }
   NcclWait wait_mode() const { return wait_; }
-  // A one-element all-reduce, waited for on the host (with the timeout).
-  void barrier() override;
   bool transfers_in_issue_order() const override { return true; }
 
   // Tests only: Work::wait() leaves out the one stream_wait_event that orders the compute
@@ -78,18 +76,21 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> do_broadcast(const Tensor& x, int root) override;
   std::shared_ptr<Work> do_send(const Tensor& x, int dst, int tag) override;
   std::shared_ptr<Work> do_recv(const Tensor& x, int src, int tag) override;
+  // A one-element all-reduce, waited for on the host (with the timeout).
+  void do_barrier(double timeout_seconds) override;
 
  private:
   // Takes ownership of `comm` (ncclCommDestroy when the last user, a Work included, is gone).
   NcclCommunicator(ncclComm* comm, std::string name, CommOptions options, NcclWait wait,
                    std::shared_ptr<std::atomic<int64_t>> step,
-                   std::shared_ptr<CommTraffic> traffic);
+                   std::shared_ptr<CommTraffic> traffic, std::shared_ptr<CommHealth> health);
 
   // Queues `issue(stream)` on the communication stream after the compute stream's work so far,
   // and returns the Work that completes after it. `what` is the call as timeout messages name it.
   template <class Issue>
+  // timeout_seconds > 0 replaces the group's timeout (a blocking wait's).
   std::shared_ptr<Work> launch(std::string what, std::vector<Tensor> tensors, NcclWait wait,
-                               Issue&& issue);
+                               Issue&& issue, double timeout_seconds = 0);
   // call(tensors) for tensors on this communicator's device; CPU tensors go through device
   // copies, `outputs` (some of `tensors`) copied back before it returns.
   template <class Call>
