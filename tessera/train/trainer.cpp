@@ -407,8 +407,14 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
   if (out != nullptr && rank0) *out << banner() << std::flush;
   std::optional<MetricsLog> log;
   if (rank0) log.emplace(metrics_path(o));
+  const double save_allow = std::max(o.save_timeout, o.comm_timeout);
+  auto beat = [&](const char* phase, double allow = 0) {
+    if (heartbeat_) heartbeat_->beat(phase, step_, result.start_step, allow);
+  };
+  beat("setup");
   while (!done()) {
     const StepMetrics m = step();
+    beat("step");
     result.final_loss = m.loss;
     if (m.val_loss) result.final_val_loss = m.val_loss;
     if (rank0) {
@@ -417,8 +423,11 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
         *out << m.console_line(o.max_steps) << "\n" << std::flush;
     }
     const bool stopping = agree_on_stop(stop);
-    if ((o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0) || done() || stopping)
+    if ((o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0) || done() || stopping) {
+      beat("save", save_allow);
       result.checkpoint = save();
+      beat("saved");
+    }
     if (stopping && !done()) {
       result.interrupted = true;
       if (out != nullptr && rank0)

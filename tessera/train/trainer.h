@@ -57,6 +57,7 @@
 #include "tessera/train/module_engine.h"
 #include "tessera/train/options.h"
 #include "tessera/train/run_setup.h"
+#include "tessera/train/heartbeat.h"
 #include "tessera/train/step_engine.h"
 
 namespace tessera::train {
@@ -109,6 +110,8 @@ class Trainer {
   // checkpointing every checkpoint_every steps and at the end, and stopping after the current
   // step once *stop is set on any rank (checkpointed, interrupted). Collective.
   FitResult fit(std::ostream* out = nullptr, const std::atomic<bool>* stop = nullptr);
+  // Beats (heartbeat.h) from fit(): after setup, after every step, around every save.
+  void set_heartbeat(std::shared_ptr<Heartbeat> heartbeat) { heartbeat_ = std::move(heartbeat); }
 
   bool done() const { return step_ >= options_.max_steps; }
   int64_t steps_done() const { return step_; }
@@ -149,6 +152,7 @@ class Trainer {
   std::string resumed_from_, optimizer_note_;
   std::string skipped_checkpoints_;  // describe_skipped's lines, for the banner
   bool custom_model_ = false;
+  std::shared_ptr<Heartbeat> heartbeat_;
 };
 
 }  // namespace tessera::train

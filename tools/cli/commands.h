@@ -15,5 +15,6 @@ void add_prepare_command(CLI::App& app);
 void add_tokenizer_command(CLI::App& app);
 void add_ckpt_command(CLI::App& app);
 void add_schedule_command(CLI::App& app);
+void add_launch_command(CLI::App& app);
 
 }  // namespace tessera::cli

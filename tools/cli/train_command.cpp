@@ -8,10 +8,12 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/diagnostics_dump.h"
 #include "cli/exit_status.h"
 #include "cli/stop_signals.h"
 #include "tessera/core/error.h"
@@ -189,6 +191,13 @@ int run_training(const TrainOptions& options, const StopSignals& stop) {
   } catch (const Error&) {
     if (reports) throw;
     return 1;
+  }
+  // Under `tessera launch`: beats for the supervisor, and the SIGUSR2 dump says the last one.
+  const DiagnosticsDump dump;
+  if (const char* dir = std::getenv("TESSERA_HEARTBEAT_DIR"); dir != nullptr && *dir != '\0') {
+    auto heartbeat = std::make_shared<train::Heartbeat>(dir, trainer->world().rank());
+    heartbeat->on_beat(&DiagnosticsDump::set_status);
+    trainer->set_heartbeat(std::move(heartbeat));
   }
   train::FitResult r;
   try {

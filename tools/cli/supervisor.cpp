@@ -1,0 +1,371 @@
+#include "cli/supervisor.h"
+
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <ostream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/exit_status.h"
+#include "tessera/core/error.h"
+#include "tessera/core/file_io.h"
+#include "tessera/train/heartbeat.h"
+
+namespace tessera::cli {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string command_flag(const std::vector<std::string>& command, const std::string& flag) {
+  for (size_t i = 0; i < command.size(); ++i) {
+    if (command[i] == flag && i + 1 < command.size()) return command[i + 1];
+    if (command[i].starts_with(flag + "=")) return command[i].substr(flag.size() + 1);
+  }
+  return "";
+}
+
+namespace {
+
+volatile sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string this_host() {
+  char host[256] = {};
+  return ::gethostname(host, sizeof host - 1) == 0 ? std::string(host) : std::string("?");
+}
+
+// A setting of the job: its flag, else its --config file's key, else `fallback`.
+std::string job_setting(const std::vector<std::string>& command, const std::string& key,
+                        const std::string& fallback) {
+  std::string flag = "--" + key;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  if (std::string v = command_flag(command, flag); !v.empty()) return v;
+  if (std::string config = command_flag(command, "--config"); !config.empty()) {
+    std::ifstream in(config);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_object() && j.contains(key)) {
+      const auto& v = j[key];
+      return v.is_string() ? v.get<std::string>() : v.dump();
+    }
+  }
+  return fallback;
+}
+
+double parse_number(const std::string& text, const std::string& what) {
+  try {
+    size_t used = 0;
+    const double v = std::stod(text, &used);
+    if (used == text.size()) return v;
+  } catch (const std::exception&) {
+  }
+  detail::throw_error("tessera launch: ", what, " is '", text, "', not a number");
+}
+
+// What the supervisor last read from one rank's heartbeat file.
+struct Beat {
+  std::string text;  // the file as last read ("" before the first beat)
+  Clock::time_point changed;
+  std::string phase, host;
+  int64_t step = -1, start_step = -1, pid = 0;
+  double allow = 0;
+};
+
+void read_beat(const std::string& path, Beat& b) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  if (text.empty() || text == b.text) return;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) return;  // renamed files are whole; anything else is not a beat
+  b.text = std::move(text);
+  b.changed = Clock::now();
+  b.phase = j.value("phase", "");
+  b.host = j.value("host", "?");
+  b.step = j.value("step", int64_t(-1));
+  b.start_step = j.value("start_step", int64_t(-1));
+  b.pid = j.value("pid", int64_t(0));
+  b.allow = j.value("allow_s", 0.0);
+}
+
+// Every process below `root` (by parent links in /proc), deepest last.
+std::vector<pid_t> descendants(pid_t root) {
+  std::multimap<pid_t, pid_t> children;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const size_t close = line.rfind(')');  // the command name may hold spaces and parentheses
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    if (rest >> state >> ppid) children.emplace(ppid, pid_t(std::stol(name)));
+  }
+  std::vector<pid_t> out{root};
+  for (size_t i = 0; i < out.size(); ++i) {
+    auto [lo, hi] = children.equal_range(out[i]);
+    for (auto it = lo; it != hi; ++it) out.push_back(it->second);
+  }
+  out.erase(out.begin());
+  return out;
+}
+
+// SIGKILL to the job's process group, every process below the launcher and the ranks on this
+// host (a launcher may move its ranks to groups of their own); then reaps the launcher.
+void kill_job(pid_t pid, const std::vector<Beat>& beats, bool reap) {
+  const std::vector<pid_t> below = descendants(pid);
+  ::kill(-pid, SIGKILL);
+  for (pid_t p : below) ::kill(p, SIGKILL);
+  const std::string host = this_host();
+  for (const Beat& b : beats)
+    if (b.pid > 0 && b.host == host) ::kill(pid_t(b.pid), SIGKILL);
+  if (reap) ::waitpid(pid, nullptr, 0);
+}
+
+pid_t start_job(const std::vector<std::string>& command, const std::string& heartbeat_dir,
+                int attempt) {
+  const pid_t pid = ::fork();
+  TESSERA_CHECK(pid >= 0, "tessera launch: fork failed: ", std::strerror(errno));
+  if (pid == 0) {
+    ::setpgid(0, 0);  // the job's own group: one kill reaches all of it
+    for (int sig : {SIGTERM, SIGUSR1, SIGINT}) std::signal(sig, SIG_DFL);
+    ::setenv("TESSERA_HEARTBEAT_DIR", heartbeat_dir.c_str(), 1);
+    ::setenv("TESSERA_LAUNCH_ATTEMPT", std::to_string(attempt).c_str(), 1);
+    std::vector<char*> argv;
+    for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::fprintf(stderr, "tessera launch: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    std::_Exit(127);
+  }
+  ::setpgid(pid, pid);  // also here, so the group exists before the first kill
+  return pid;
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return str_cat("the job exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return str_cat("the job was killed by signal ", WTERMSIG(status));
+  return "the job ended";
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+// The restarts so far, rewritten whole (and atomically) at each change.
+class RestartLog {
+ public:
+  explicit RestartLog(std::string path) : path_(std::move(path)) {}
+  nlohmann::json& add(nlohmann::json record) {
+    records_.push_back(std::move(record));
+    return records_.back();
+  }
+  nlohmann::json* last() { return records_.empty() ? nullptr : &records_.back(); }
+  void write() const {
+    std::string text;
+    for (const auto& r : records_) text += r.dump() + "\n";
+    write_file_atomic(path_, text);
+  }
+
+ private:
+  std::string path_;
+  std::vector<nlohmann::json> records_;
+};
+
+}  // namespace
+
+int supervise(LaunchOptions o, std::ostream& out) {
+  TESSERA_CHECK(!o.command.empty(), "tessera launch: no command to run (tessera launch [flags] "
+                                    "-- mpiexec -n 4 tessera train ...)");
+  TESSERA_CHECK(o.max_restarts >= 0, "tessera launch: --max-restarts must be >= 0, got ",
+                o.max_restarts);
+  TESSERA_CHECK(o.heartbeat_timeout > 0, "tessera launch: --heartbeat-timeout must be positive, "
+                                         "got ", o.heartbeat_timeout);
+  TESSERA_CHECK(o.dump_window >= 0, "tessera launch: --dump-window must be >= 0, got ",
+                o.dump_window);
+  const std::string job_run_dir = job_setting(o.command, "run_dir", "runs/default");
+  TESSERA_CHECK(o.run_dir.empty() || fs::path(o.run_dir) == fs::path(job_run_dir),
+                "tessera launch: --run-dir ", o.run_dir, " differs from the job's ", job_run_dir);
+  if (o.run_dir.empty()) o.run_dir = job_run_dir;
+  const double comm_timeout =
+      parse_number(job_setting(o.command, "comm_timeout", "600"), "the job's --comm-timeout");
+  TESSERA_CHECK(comm_timeout < o.heartbeat_timeout, "tessera launch: --heartbeat-timeout ",
+                o.heartbeat_timeout, " s must exceed the job's collective timeout (",
+                comm_timeout, " s, --comm-timeout): a hung peer ends the job through its ",
+                "collective timeout first (docs/resilience.md)");
+  if (o.ranks == 0) {
+    o.ranks = 1;
+    for (const char* axis : {"dp", "tp", "pp"})
+      o.ranks *= int(parse_number(job_setting(o.command, axis, "1"), str_cat("the job's --", axis)));
+  }
+  TESSERA_CHECK(o.ranks >= 1, "tessera launch: --ranks must be >= 1, got ", o.ranks);
+
+  const std::string heartbeat_dir = (fs::path(o.run_dir) / "heartbeat").string();
+  fs::create_directories(o.run_dir);
+  RestartLog log((fs::path(o.run_dir) / "restarts.jsonl").string());
+
+  struct sigaction action {}, previous[3];
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  const int stop_signals[3] = {SIGTERM, SIGUSR1, SIGINT};
+  for (int i = 0; i < 3; ++i) sigaction(stop_signals[i], &action, &previous[i]);
+  g_stop_signal = 0;
+  struct Restore {
+    struct sigaction* previous;
+    const int* signals;
+    ~Restore() {
+      for (int i = 0; i < 3; ++i) sigaction(signals[i], &previous[i], nullptr);
+    }
+  } restore{previous, stop_signals};
+
+  int64_t step_reached = -1;
+  std::string last_cause;
+  int last_code = 1;
+  Clock::time_point failed_at;
+  for (int attempt = 0;; ++attempt) {
+    std::error_code ec;
+    fs::remove_all(heartbeat_dir, ec);
+    fs::create_directories(heartbeat_dir, ec);
+    out << "tessera launch: attempt " << attempt + 1 << " of " << o.max_restarts + 1 << ", "
+        << o.ranks << " rank" << (o.ranks > 1 ? "s" : "") << ", heartbeat timeout "
+        << o.heartbeat_timeout << " s\n"
+        << std::flush;
+    const pid_t pid = start_job(o.command, heartbeat_dir, attempt);
+    const Clock::time_point started = Clock::now();
+    std::vector<Beat> beats(size_t(o.ranks));
+    int forwarded = 0;
+    std::string cause;
+    int status = 0;
+    bool exited = false;
+    for (;;) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        exited = true;
+        break;
+      }
+      if (g_stop_signal != 0 && forwarded == 0) {
+        forwarded = g_stop_signal;
+        ::kill(pid, forwarded);  // the launcher forwards it to the ranks (docs/training.md)
+      }
+      for (int r = 0; r < o.ranks; ++r) read_beat(train::heartbeat_path(heartbeat_dir, r), beats[size_t(r)]);
+      for (const Beat& b : beats)
+        if (b.phase != "setup") step_reached = std::max(step_reached, b.step);
+      nlohmann::json* pending = log.last();
+      if (pending != nullptr && !pending->contains("seconds_to_recover") && beats[0].phase == "step") {
+        const int64_t resumed = beats[0].start_step;
+        (*pending)["resumed_step"] = resumed;
+        (*pending)["steps_lost"] = std::max<int64_t>(0, (*pending)["step_reached"].get<int64_t>() - resumed);
+        (*pending)["seconds_to_recover"] = since(failed_at);
+        log.write();
+        out << "tessera launch: restart " << (*pending)["restart"] << " recovered in "
+            << (*pending)["seconds_to_recover"].get<double>() << " s: resumed at step " << resumed
+            << ", " << (*pending)["steps_lost"] << " steps lost\n"
+            << std::flush;
+      }
+      if (forwarded == 0) {
+        for (int r = 0; r < o.ranks; ++r) {
+          const Beat& b = beats[size_t(r)];
+          const bool seen = !b.text.empty();
+          const double allow = std::max(o.heartbeat_timeout, b.phase == "save" ? b.allow : 0.0);
+          const double silent = since(seen ? b.changed : started);
+          if (silent <= allow) continue;
+          cause = seen ? str_cat("rank ", r, " (pid ", b.pid, " on ", b.host,
+                                 ") made no progress for ", int(silent), " s (phase ", b.phase,
+                                 ", step ", b.step, ")")
+                       : str_cat("rank ", r, " sent no heartbeat in ", int(silent),
+                                 " s after the start");
+          break;
+        }
+        if (!cause.empty()) break;
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(o.poll_seconds));
+    }
+    if (exited) {
+      kill_job(pid, beats, false);  // anything the launcher left behind
+      const int code = exit_code_of(status);
+      if (code == 0) {
+        out << "tessera launch: the job finished after " << attempt << " restart"
+            << (attempt == 1 ? "" : "s") << "\n";
+        return 0;
+      }
+      if (forwarded != 0 || code == kPreemptedExit || code == kInterruptedExit) {
+        out << "tessera launch: " << describe_status(status)
+            << (code == kPreemptedExit ? " (preempted: not restarting; the scheduler requeues)"
+                                       : " after a stop signal: not restarting")
+            << "\n";
+        return code;
+      }
+      if (code == kUnrunnableExit) {
+        out << "tessera launch: " << describe_status(status)
+            << " (the layout or device cannot run here): not restarting\n";
+        return code;
+      }
+      cause = describe_status(status);
+      last_code = code;
+    } else {
+      // Stuck: ask every rank for its diagnostics, give them the window, then kill.
+      out << "tessera launch: " << cause << "; SIGUSR2 to every rank, kill in " << o.dump_window
+          << " s\n"
+          << std::flush;
+      const std::string host = this_host();
+      for (const Beat& b : beats)
+        if (b.pid > 0 && b.host == host) ::kill(pid_t(b.pid), SIGUSR2);
+      const Clock::time_point asked = Clock::now();
+      while (since(asked) < o.dump_window && ::waitpid(pid, &status, WNOHANG) != pid)
+        std::this_thread::sleep_for(std::chrono::duration<double>(o.poll_seconds));
+      kill_job(pid, beats, true);
+      last_code = kCommFailedExit;
+    }
+    failed_at = Clock::now();
+    last_cause = cause;
+    if (nlohmann::json* pending = log.last(); pending != nullptr && !pending->contains("seconds_to_recover")) {
+      (*pending)["seconds_to_recover"] = nullptr;  // failed again before a step
+      (*pending)["recovered"] = false;
+    }
+    if (attempt >= o.max_restarts) {
+      log.write();
+      out << "tessera launch: gave up after " << attempt << " restart"
+          << (attempt == 1 ? "" : "s") << "; the last failure: " << cause << "\n";
+      return last_code;
+    }
+    log.add({{"restart", attempt + 1},
+             {"cause", cause},
+             {"time", unix_now()},
+             {"seconds_since_start", since(started)},
+             {"step_reached", step_reached}});
+    log.write();
+    out << "tessera launch: " << cause << " (step reached " << step_reached << "); restart "
+        << attempt + 1 << " of " << o.max_restarts << "\n"
+        << std::flush;
+  }
+}
+
+}  // namespace tessera::cli
