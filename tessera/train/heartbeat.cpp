@@ -30,14 +30,24 @@ Heartbeat::Heartbeat(std::string dir, int rank)
   host_ = host;
 }
 
+void Heartbeat::finish(int status) {
+  write_beat("exit", step_, start_step_, 0, status);
+}
+
 void Heartbeat::beat(const std::string& phase, int64_t step, int64_t start_step,
                      double allow_seconds) {
+  write_beat(phase, step, start_step, allow_seconds, -1);
+}
+
+void Heartbeat::write_beat(const std::string& phase, int64_t step, int64_t start_step,
+                           double allow_seconds, int status) {
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const nlohmann::json j = {{"rank", rank_},   {"pid", pid_},
+  nlohmann::json j = {{"rank", rank_},   {"pid", pid_},
                             {"host", host_},   {"phase", phase},
                             {"step", step},    {"start_step", start_step},
                             {"allow_s", allow_seconds}, {"time", now}};
+  if (status >= 0) j["status"] = status;
   const std::string text = j.dump() + "\n";
   // Temp file and rename, no fsync (heartbeat.h says why).
   const std::string tmp = str_cat(path_, ".tmp.", pid_);
@@ -52,7 +62,10 @@ void Heartbeat::beat(const std::string& phase, int64_t step, int64_t start_step,
                 " to ", path_, ": ", std::strerror(errno));
   last_ = str_cat("rank ", rank_, " (pid ", pid_, " on ", host_, "): phase ", phase, ", step ",
                   step);
-  if (on_beat_) on_beat_(last_);
+  phase_ = phase;
+  step_ = step;
+  start_step_ = start_step;
+  if (on_beat_) on_beat_(*this);
 }
 
 }  // namespace tessera::train

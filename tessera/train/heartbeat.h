@@ -12,7 +12,8 @@
 //    "start_step": 100, "allow_s": 0, "time": 1764806400.25}
 //
 // phase: "setup" (loaded and resumed: start_step is the step it resumed from), "step" (step
-// finished), "save" (saving the checkpoint of step; allow_s) or "saved".
+// finished), "save" (saving the checkpoint of step; allow_s), "saved", or "exit" (the last
+// beat, with "status": the process's exit status).
 
 #include <cstdint>
 #include <functional>
@@ -26,16 +27,26 @@ class Heartbeat {
   Heartbeat(std::string dir, int rank);
 
   void beat(const std::string& phase, int64_t step, int64_t start_step, double allow_seconds = 0);
+  // The last beat, phase "exit": the status this rank's process ends with.
+  void finish(int status);
   const std::string& path() const { return path_; }
   // The latest beat, one line ("rank 1 (pid 4242 on node17): phase step, step 120"), for a
   // diagnostics dump.
   const std::string& last() const { return last_; }
-  // Called with last() after every beat (the CLI keeps it for its SIGUSR2 dump).
-  void on_beat(std::function<void(const std::string&)> f) { on_beat_ = std::move(f); }
+  const std::string& phase() const { return phase_; }
+  int64_t step() const { return step_; }
+  int64_t start_step() const { return start_step_; }
+  // Called after every beat (the CLI keeps last() for its SIGUSR2 dump).
+  void on_beat(std::function<void(const Heartbeat&)> f) { on_beat_ = std::move(f); }
 
  private:
-  std::string dir_, path_, host_, last_;
-  std::function<void(const std::string&)> on_beat_;
+  // status >= 0: the "exit" beat's.
+  void write_beat(const std::string& phase, int64_t step, int64_t start_step,
+                  double allow_seconds, int status);
+
+  std::string dir_, path_, host_, last_, phase_;
+  int64_t step_ = -1, start_step_ = -1;
+  std::function<void(const Heartbeat&)> on_beat_;
   int rank_;
   int64_t pid_;
 };

@@ -236,10 +236,10 @@ TEST(ThreadCommunicatorN1, AWaitPastTheTimeoutThrowsAndBreaksTheGroups) {
       options);
   EXPECT_TRUE(contains(timed_out, "collective timed out after")) << timed_out;
   EXPECT_TRUE(contains(timed_out, "(timeout 0.2 s): rank 0 of group world (size 2), all_reduce "
-                                  "sum of f32[3], step 17"))
+                                  "sum of f32[3] on cpu, step 17"))
       << timed_out;
   EXPECT_TRUE(broken);
-  EXPECT_TRUE(contains(refused, "broadcast of f32[2], step 17: refused, the group is broken")) << refused;
+  EXPECT_TRUE(contains(refused, "broadcast of f32[2] on cpu, step 17: refused, the group is broken")) << refused;
   EXPECT_TRUE(contains(refused, timed_out)) << refused;
   EXPECT_TRUE(contains(refused_split, "group dp (size 2), barrier, step 17: refused")) << refused_split;
 }

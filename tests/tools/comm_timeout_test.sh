@@ -47,7 +47,7 @@ fi
 wait "$job" || status=$?
 took_ms=$((($(date +%s%N) - start) / 1000000))
 kill -KILL "$victim" 2>/dev/null || true
-grep -Eq "^tessera train: rank 0: collective timed out after [0-9.]+ s \(timeout 2 s\): rank 0 of group [a-z]+ \(size 2\), [a-z_ ]+ of [a-z0-9]+\[[0-9]+\], step [0-9]+$" "$run.log" ||
+grep -Eq "^tessera train: rank 0: collective timed out after [0-9.]+ s \(timeout 2 s\): rank 0 of group [a-z.]+ \(size 2\), [a-z_ ]+ of [a-z0-9]+\[[0-9]+\] on cpu, step [0-9]+$" "$run.log" ||
   { cat "$run.log" >&2; fail "hang: no one-line report of the timed-out collective"; }
 [ "$status" = 124 ] || { cat "$run.log" >&2; fail "hang: mpiexec exited $status, not 124"; }
 echo "hang: detected and the job ended with status 124 in ${took_ms} ms (timeout 2 s)"

@@ -20,15 +20,19 @@ std::atomic<int> g_current{0};
 struct sigaction g_previous;
 
 void on_dump(int) {
-  const char* line = g_lines[g_current.load(std::memory_order_acquire)];
+  // One write of the whole line, so that ranks dumping at once do not interleave.
   static const char kPrefix[] = "tessera train: SIGUSR2 diagnostics: last heartbeat ";
   static const char kNone[] = "none yet (setting up)";
-  ssize_t ignored = ::write(STDERR_FILENO, kPrefix, sizeof kPrefix - 1);
-  if (line[0] != '\0')
-    ignored = ::write(STDERR_FILENO, line, ::strnlen(line, kLine));
-  else
-    ignored = ::write(STDERR_FILENO, kNone, sizeof kNone - 1);
-  ignored = ::write(STDERR_FILENO, "\n", 1);
+  char out[sizeof kPrefix + kLine + 1];
+  const char* line = g_lines[g_current.load(std::memory_order_acquire)];
+  if (line[0] == '\0') line = kNone;
+  size_t n = sizeof kPrefix - 1;
+  std::memcpy(out, kPrefix, n);
+  const size_t len = ::strnlen(line, kLine - 1);
+  std::memcpy(out + n, line, len);
+  n += len;
+  out[n++] = '\n';
+  const ssize_t ignored = ::write(STDERR_FILENO, out, n);
   (void)ignored;
 }
 

@@ -1,6 +1,8 @@
 #include "cli/supervisor.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -90,6 +92,7 @@ struct Beat {
   std::string phase, host;
   int64_t step = -1, start_step = -1, pid = 0;
   double allow = 0;
+  int status = -1;  // the "exit" beat's
 };
 
 void read_beat(const std::string& path, Beat& b) {
@@ -109,6 +112,7 @@ void read_beat(const std::string& path, Beat& b) {
   b.start_step = j.value("start_step", int64_t(-1));
   b.pid = j.value("pid", int64_t(0));
   b.allow = j.value("allow_s", 0.0);
+  b.status = j.value("status", -1);
 }
 
 // Every process below `root` (by parent links in /proc), deepest last.
@@ -231,6 +235,20 @@ int supervise(LaunchOptions o, std::ostream& out) {
 
   const std::string heartbeat_dir = (fs::path(o.run_dir) / "heartbeat").string();
   fs::create_directories(o.run_dir);
+  // One supervisor per run directory: a second would read the first one's heartbeats (and kill
+  // its ranks), and two jobs would write one set of checkpoints.
+  const std::string lock_path = (fs::path(o.run_dir) / "launch.lock").string();
+  const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  TESSERA_CHECK(lock >= 0, "tessera launch: cannot open ", lock_path, ": ", std::strerror(errno));
+  if (::flock(lock, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lock);
+    detail::throw_error("tessera launch: another tessera launch supervises ", o.run_dir,
+                        " (it holds ", lock_path, ")");
+  }
+  struct Unlock {
+    int fd;
+    ~Unlock() { ::close(fd); }
+  } unlock{lock};
   RestartLog log((fs::path(o.run_dir) / "restarts.jsonl").string());
 
   struct sigaction action {}, previous[3];
@@ -266,30 +284,43 @@ int supervise(LaunchOptions o, std::ostream& out) {
     std::string cause;
     int status = 0;
     bool exited = false;
+    auto refresh = [&] {
+      for (int r = 0; r < o.ranks; ++r)
+        read_beat(train::heartbeat_path(heartbeat_dir, r), beats[size_t(r)]);
+      for (const Beat& b : beats)
+        if (!b.phase.empty() && b.phase != "setup") step_reached = std::max(step_reached, b.step);
+    };
+    // The restart before this attempt has recovered once rank 0 finished a step: how long
+    // since the failure, and how many steps it lost.
+    auto note_recovery = [&] {
+      nlohmann::json* pending = log.last();
+      const Beat& b = beats[0];
+      if (pending == nullptr || pending->contains("seconds_to_recover") || b.phase.empty() ||
+          b.phase == "setup")
+        return;
+      (*pending)["resumed_step"] = b.start_step;
+      (*pending)["steps_lost"] =
+          std::max<int64_t>(0, (*pending)["step_reached"].get<int64_t>() - b.start_step);
+      (*pending)["seconds_to_recover"] = since(failed_at);
+      log.write();
+      out << "tessera launch: restart " << (*pending)["restart"] << " recovered in "
+          << (*pending)["seconds_to_recover"].get<double>() << " s: resumed at step "
+          << b.start_step << ", " << (*pending)["steps_lost"] << " steps lost\n"
+          << std::flush;
+    };
     for (;;) {
       if (::waitpid(pid, &status, WNOHANG) == pid) {
         exited = true;
+        refresh();  // a short job may end between two polls
+        note_recovery();
         break;
       }
       if (g_stop_signal != 0 && forwarded == 0) {
         forwarded = g_stop_signal;
         ::kill(pid, forwarded);  // the launcher forwards it to the ranks (docs/training.md)
       }
-      for (int r = 0; r < o.ranks; ++r) read_beat(train::heartbeat_path(heartbeat_dir, r), beats[size_t(r)]);
-      for (const Beat& b : beats)
-        if (b.phase != "setup") step_reached = std::max(step_reached, b.step);
-      nlohmann::json* pending = log.last();
-      if (pending != nullptr && !pending->contains("seconds_to_recover") && beats[0].phase == "step") {
-        const int64_t resumed = beats[0].start_step;
-        (*pending)["resumed_step"] = resumed;
-        (*pending)["steps_lost"] = std::max<int64_t>(0, (*pending)["step_reached"].get<int64_t>() - resumed);
-        (*pending)["seconds_to_recover"] = since(failed_at);
-        log.write();
-        out << "tessera launch: restart " << (*pending)["restart"] << " recovered in "
-            << (*pending)["seconds_to_recover"].get<double>() << " s: resumed at step " << resumed
-            << ", " << (*pending)["steps_lost"] << " steps lost\n"
-            << std::flush;
-      }
+      refresh();
+      note_recovery();
       if (forwarded == 0) {
         for (int r = 0; r < o.ranks; ++r) {
           const Beat& b = beats[size_t(r)];
@@ -310,7 +341,17 @@ int supervise(LaunchOptions o, std::ostream& out) {
     }
     if (exited) {
       kill_job(pid, beats, false);  // anything the launcher left behind
-      const int code = exit_code_of(status);
+      // The ranks' own statuses, from their last beats, over the launcher's: mpiexec may exit 0
+      // after it forwarded a signal to ranks that exited 75.
+      int code = exit_code_of(status);
+      bool all_exited = true;
+      int ranks_code = 0;
+      for (const Beat& b : beats) {
+        all_exited = all_exited && b.phase == "exit";
+        if (b.phase == "exit" && b.status != 0 && ranks_code == 0) ranks_code = b.status;
+      }
+      if (all_exited || (code == 0 && ranks_code != 0)) code = ranks_code;
+      if (code != exit_code_of(status)) status = code << 8;  // describe_status says the ranks'
       if (code == 0) {
         out << "tessera launch: the job finished after " << attempt << " restart"
             << (attempt == 1 ? "" : "s") << "\n";
@@ -325,7 +366,7 @@ int supervise(LaunchOptions o, std::ostream& out) {
       }
       if (code == kUnrunnableExit) {
         out << "tessera launch: " << describe_status(status)
-            << " (the layout or device cannot run here): not restarting\n";
+            << " (a usage, layout or device error, the same on every try): not restarting\n";
         return code;
       }
       cause = describe_status(status);

@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/diagnostics_dump.h"
 #include "cli/exit_status.h"
+#include "cli/fault_injection.h"
 #include "cli/stop_signals.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
@@ -194,11 +195,23 @@ int run_training(const TrainOptions& options, const StopSignals& stop) {
   }
   // Under `tessera launch`: beats for the supervisor, and the SIGUSR2 dump says the last one.
   const DiagnosticsDump dump;
+  std::shared_ptr<train::Heartbeat> beats;
   if (const char* dir = std::getenv("TESSERA_HEARTBEAT_DIR"); dir != nullptr && *dir != '\0') {
     auto heartbeat = std::make_shared<train::Heartbeat>(dir, trainer->world().rank());
-    heartbeat->on_beat(&DiagnosticsDump::set_status);
+    const FaultInjection fault(trainer->world().rank(), trainer->world().size());
+    heartbeat->on_beat([fault](const train::Heartbeat& h) {
+      DiagnosticsDump::set_status(h.last());
+      fault.after_beat(h.phase(), h.step(), h.start_step());
+    });
+    beats = heartbeat;
     trainer->set_heartbeat(std::move(heartbeat));
   }
+  // The last beat says this rank's exit status: a launcher's own status is not the ranks' after
+  // it forwarded a signal (cli/stop_signals.h), so the supervisor reads this one.
+  auto finish = [&](int status) {
+    if (beats) beats->finish(status);
+    return status;
+  };
   train::FitResult r;
   try {
     r = trainer->fit(&std::cout, stop.requested());
@@ -213,12 +226,13 @@ int run_training(const TrainOptions& options, const StopSignals& stop) {
     }
   } catch (const parallel::CommError& e) {
     // The group is broken (comm_health.h): no collective can end the job cleanly.
-    abort_job(trainer->world().rank(), e.what(), kCommFailedExit);
+    abort_job(trainer->world().rank(), e.what(), finish(kCommFailedExit));
   } catch (const std::exception& e) {
+    finish(kTrainFailedExit);
     if (trainer->world().size() > 1) abort_job(trainer->world().rank(), e.what(), 1);
     throw;
   }
-  if (!r.interrupted) return 0;
+  if (!r.interrupted) return finish(0);
   const int signal = agreed_stop_signal(trainer->world());
   const int status = stopped_exit_status(signal);
   if (reports)
@@ -226,7 +240,7 @@ int run_training(const TrainOptions& options, const StopSignals& stop) {
               << ": exit status " << status
               << (status == kPreemptedExit ? " (preempted; the same command resumes)" : "") << "\n"
               << std::flush;
-  return status;
+  return finish(status);
 }
 
 struct TrainFlags {

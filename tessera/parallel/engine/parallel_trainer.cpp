@@ -164,7 +164,7 @@ ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor
                   "), got ", t->defined() ? t->describe() : std::string("undefined"));
   ParallelStepStats out;
   out.step = step_;
-  set_comm_step(*inner_world_, *mesh_, step_);
+  set_comm_step(*inner_world_, *mesh_, step_ + 1);  // numbered from 1, as the logs are
   out.lr = config_.lr_schedule.lr(step_);
   dp_->set_lr(out.lr);
   for (const auto& chunk : stage_->chunks()) chunk->set_step(step_);
@@ -257,7 +257,7 @@ double ParallelTrainer::evaluate_local(const Tensor& inputs, const Tensor& targe
                   "ParallelTrainer::evaluate_local: inputs and targets must be integer [rows, ", T,
                   "] (this dp rank's rows; ", config_.describe(), "), got ",
                   t->defined() ? t->describe() : std::string("undefined"));
-  set_comm_step(*inner_world_, *mesh_, step_);
+  set_comm_step(*inner_world_, *mesh_, step_ + 1);
   const int64_t local = inputs.size(0);
   ForwardPassSpec spec;
   // The training micro-batch count where it divides the rows (the same activations in flight).

@@ -1,0 +1,33 @@
+#pragma once
+// Planted failures for the resilience tests (tests/tools/launch_test.sh), read from the
+// environment by `tessera train` when it runs under `tessera launch`. TESSERA_FAULT holds one
+// fault:
+//   kill:R@S    rank R sends itself SIGKILL after finishing step S (the first attempt only)
+//   stop:R@S    rank R stops itself (SIGSTOP): a process that hangs without running
+//   hang:R@S    rank R sleeps forever, still answering signals (a SIGUSR2 dump shows it)
+//   storm:KxN   in each of the first N attempts, rank (attempt mod world size) kills itself K
+//               steps after the step it resumed from
+// R is a world rank or "all". The attempt is TESSERA_LAUNCH_ATTEMPT (0 for the first), which
+// the supervisor sets. A value that does not parse is refused at startup, naming it.
+
+#include <cstdint>
+#include <string>
+
+namespace tessera::cli {
+
+class FaultInjection {
+ public:
+  // From TESSERA_FAULT and TESSERA_LAUNCH_ATTEMPT; inactive when TESSERA_FAULT is unset.
+  FaultInjection(int rank, int world_size);
+  bool active() const { return kind_ != Kind::none; }
+  // Called after each beat: plays the fault when its step comes.
+  void after_beat(const std::string& phase, int64_t step, int64_t start_step) const;
+
+ private:
+  enum class Kind { none, kill, stop, hang, storm };
+  Kind kind_ = Kind::none;
+  int64_t step_ = 0;   // kill/stop/hang: the step; storm: K
+  bool mine_ = false;  // whether this rank plays it in this attempt
+};
+
+}  // namespace tessera::cli
