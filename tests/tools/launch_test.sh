@@ -168,6 +168,11 @@ preempt)
   # Saves of 1 s keep the job running long enough to be preempted in the middle.
   launch_bg dp2 "$run" TESSERA_FAULT_SAVE_PAUSE=1
   await_step "$run" 0 4 || fail "preempt: step 4 never reached"
+  # A second supervisor of the same run directory is refused while the first runs.
+  "${supervise[@]}" -- "$tessera" "${common[@]}" --run-dir "$run" >"$run.second.log" 2>&1 &&
+    fail "preempt: a second launch on $run ran"
+  grep -q "another tessera launch supervises $run" "$run.second.log" ||
+    fail "preempt: the second launch was not refused by the lock"
   kill -TERM "$job"
   status=0
   wait "$job" || status=$?
