@@ -63,6 +63,7 @@ void for_each_field(Options& o, F&& f) {
   f("offload", o.offload);
   f("comm_timeout", o.comm_timeout);
   f("save_timeout", o.save_timeout);
+  f("sync_save", o.sync_save);
   f("recompute", o.recompute);
   f("recompute_layers", o.recompute_layers);
   f("sample_tokens", o.sample_tokens);

@@ -93,6 +93,9 @@ struct TrainOptions {
   // writes, takes save_timeout instead, so a long save never trips it.
   double comm_timeout = 600;
   double save_timeout = 3600;
+  // Whether the training loop waits for each checkpoint's write (the old behaviour, and the
+  // reference of bench/checkpoint_stall.sh); by default rank 0 writes in the background.
+  bool sync_save = false;
 
   // Activation recomputation (nn/recompute.h): "none", "selective" or "full"; under full,
   // recompute_layers blocks per pipeline stage (its first ones), -1 for all.

@@ -339,7 +339,11 @@ double Trainer::evaluate() {
   });
 }
 
-std::string Trainer::save() {
+void Trainer::wait_for_save() {
+  if (writer_) writer_->wait();
+}
+
+std::string Trainer::save(bool wait) {
   nn::StateDict model = engine_->gather_model();
   nn::OptimizerState optimizer = engine_->gather_optimizer();
   if (world_->rank() == 0) {
@@ -356,10 +360,16 @@ std::string Trainer::save() {
     if (!custom_model_) data.state["model_config"] = config_.to_json();
     const nlohmann::json layout = engine_->layout_json();
     if (!layout.empty()) data.state["parallel"] = layout;
-    nn::save_checkpoint(options_.run_dir, data, options_.keep_checkpoints);
+    if (wait) {
+      wait_for_save();  // in step order, after any background save
+      nn::save_checkpoint(options_.run_dir, data, options_.keep_checkpoints);
+    } else {
+      if (!writer_) writer_ = std::make_unique<nn::CheckpointWriter>();
+      writer_->save(options_.run_dir, data, options_.keep_checkpoints);
+    }
   }
-  // Rank 0 may write for longer than a collective may wait: the others wait here under the
-  // save's own limit.
+  // Rank 0 may write (or wait for its previous background write) for longer than a
+  // collective may wait: the others wait here under the save's own limit.
   world_->barrier(std::max(options_.save_timeout, options_.comm_timeout));
   return (fs::path(nn::checkpoints_dir(options_.run_dir)) / nn::checkpoint_name(step_)).string();
 }
@@ -425,7 +435,7 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
     const bool stopping = agree_on_stop(stop);
     if ((o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0) || done() || stopping) {
       beat("save", save_allow);
-      result.checkpoint = save();
+      result.checkpoint = save(o.sync_save);
       beat("saved");
     }
     if (stopping && !done()) {
@@ -436,6 +446,7 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
       break;
     }
   }
+  wait_for_save();  // the run's last checkpoint is on disk when fit returns
   result.final_step = step_;
   return result;
 }

@@ -57,6 +57,7 @@
 #include "tessera/train/module_engine.h"
 #include "tessera/train/options.h"
 #include "tessera/train/run_setup.h"
+#include "tessera/nn/io/checkpoint_writer.h"
 #include "tessera/train/heartbeat.h"
 #include "tessera/train/step_engine.h"
 
@@ -101,8 +102,12 @@ class Trainer {
   // The validation loss over the first eval_batches batches of val_data. Collective.
   double evaluate();
   // A checkpoint of the current step under <run_dir>/checkpoints (rank 0 writes it, atomically;
-  // keep_checkpoints prunes older ones). Returns its directory. Collective.
-  std::string save();
+  // keep_checkpoints prunes older ones). Returns its directory. Collective. With wait false,
+  // rank 0 writes it in the background (nn/io/checkpoint_writer.h) and the call returns once
+  // the state is copied; the next save, wait_for_save() or the destructor waits for it.
+  std::string save(bool wait = true);
+  // Blocks until a background save is on disk; rethrows its failure.
+  void wait_for_save();
   // Restores a checkpoint directory written by any layout (model, optimizer, loader position,
   // loss scale, step). Collective.
   void load(const std::string& checkpoint_dir);
@@ -153,6 +158,7 @@ class Trainer {
   std::string skipped_checkpoints_;  // describe_skipped's lines, for the banner
   bool custom_model_ = false;
   std::shared_ptr<Heartbeat> heartbeat_;
+  std::unique_ptr<nn::CheckpointWriter> writer_;  // rank 0's background saves
 };
 
 }  // namespace tessera::train

@@ -3,10 +3,12 @@
 #   1. a hang: rank 1 is stopped (SIGSTOP) after step 2; rank 0's next collective waits past
 #      the 2 s timeout and throws CommError, and `tessera train` ends the job: one line naming
 #      rank, group, collective and step, exit status 124, within the timeout plus 10 s;
-#   2. a slow save: every save pauses 3 s (TESSERA_FAULT_SAVE_PAUSE) under a 1 s timeout. The
-#      ranks wait for it under --save-timeout, so the run completes; the same run with the
-#      save's wait left at the collective timeout (--save-timeout 0.5, under 1 s) fails,
-#      which shows what the separate limit does.
+#   2. a slow save: every save pauses 3 s (TESSERA_FAULT_SAVE_PAUSE) under a 1 s timeout.
+#      Written in the background (the default) or in the loop (--sync-save), the ranks wait
+#      for it (a save waits for the write before it) under
+#      --save-timeout and the run completes, and the same run with the save's wait left at the
+#      collective timeout (--save-timeout 0.5, under 1 s) fails, which shows what the separate
+#      limit does.
 # Usage: comm_timeout_test.sh <tessera> <mpiexec> <numproc flag> <scratch dir>
 set -euo pipefail
 tessera=$1 mpiexec=$2 np=$3 dir=$4
@@ -53,16 +55,20 @@ grep -Eq "^tessera train: rank 0: collective timed out after [0-9.]+ s \(timeout
 echo "hang: detected and the job ended with status 124 in ${took_ms} ms (timeout 2 s)"
 
 # 2. The slow save.
-run=$dir/slow_save
-TESSERA_FAULT_SAVE_PAUSE=3 "$mpiexec" "$np" 2 "$tessera" "${common[@]}" --max-steps 4 \
-  --checkpoint-every 2 --comm-timeout 1 --run-dir "$run" >"$run.log" 2>&1 ||
-  { cat "$run.log" >&2; fail "slow save: a 3 s save under a 1 s collective timeout failed"; }
-[ -d "$run/checkpoints/step_00000004" ] || fail "slow save: no final checkpoint"
+for mode in background sync; do
+  run=$dir/slow_save_$mode
+  extra=()
+  [ $mode = sync ] && extra=(--sync-save)
+  TESSERA_FAULT_SAVE_PAUSE=3 "$mpiexec" "$np" 2 "$tessera" "${common[@]}" --max-steps 4 \
+    --checkpoint-every 2 --comm-timeout 1 "${extra[@]}" --run-dir "$run" >"$run.log" 2>&1 ||
+    { cat "$run.log" >&2; fail "slow save ($mode): a 3 s save under a 1 s collective timeout failed"; }
+  [ -d "$run/checkpoints/step_00000004" ] || fail "slow save ($mode): no final checkpoint"
+done
 run=$dir/slow_save_short
 status=0
 TESSERA_FAULT_SAVE_PAUSE=3 "$mpiexec" "$np" 2 "$tessera" "${common[@]}" --max-steps 4 \
-  --checkpoint-every 2 --comm-timeout 1 --save-timeout 0.5 --run-dir "$run" >"$run.log" 2>&1 ||
-  status=$?
+  --checkpoint-every 2 --comm-timeout 1 --save-timeout 0.5 --sync-save --run-dir "$run" \
+  >"$run.log" 2>&1 || status=$?
 [ "$status" = 124 ] && grep -q "barrier, step 2$" "$run.log" ||
   { cat "$run.log" >&2; fail "slow save, short limit: status $status, expected 124 in the barrier"; }
-echo "slow save: a 3 s save passes under --comm-timeout 1; with --save-timeout 0.5 it fails (124)"
+echo "slow save: a 3 s save passes under --comm-timeout 1 (in the background, and with --sync-save); with --sync-save --save-timeout 0.5 it fails (124)"

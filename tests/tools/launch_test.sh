@@ -150,13 +150,12 @@ save)
   unbroken dp2
   run=$dir/kill_in_save
   launch_bg dp2 "$run" TESSERA_FAULT_SAVE_PAUSE=2
-  # Rank 0's beat says "save" for step 10 while the model file is written, the rest not.
+  # Rank 0's background writer pauses with step 10's model file written and the rest not.
   for _ in $(seq 1200); do
-    [ "$(beat_field "$run/heartbeat/rank_0.json" phase)" = save ] &&
-      [ "$(beat_step "$run" 0)" = 10 ] && break
+    ls -A "$run/checkpoints" 2>/dev/null | grep -q '^\.tmp\.step_00000010' && break
     sleep 0.05
   done
-  sleep 0.5
+  sleep 0.3
   ls -A "$run/checkpoints" | grep -q '^\.tmp\.step_00000010' || fail "save: no half-written set of step 10"
   kill -KILL "$(beat_pid "$run" 0)"
   finish "$run" "kill during a save"

@@ -107,6 +107,9 @@ const std::map<std::string, std::string>& flag_help() {
       {"save_timeout",
        "seconds the ranks wait for a checkpoint save to finish (it replaces --comm-timeout "
        "for that wait)"},
+      {"sync_save",
+       "write each checkpoint before training goes on (default: rank 0 writes it in the "
+       "background; the loop waits only for a copy of the state)"},
       {"recompute",
        "activation recomputation: none, selective (the MLP activation, elementwise) or full "
        "(whole blocks; see --recompute-layers)"},

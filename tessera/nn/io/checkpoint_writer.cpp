@@ -1,0 +1,103 @@
+#include "tessera/nn/io/checkpoint_writer.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "tessera/core/error.h"
+#include "tessera/core/ops/movement.h"
+
+namespace tessera::nn {
+
+namespace {
+
+// A copy the writer owns: the training loop updates its tensors in place right after save().
+StateDict snapshot(const StateDict& dict, int64_t& bytes) {
+  StateDict out;
+  out.reserve(dict.size());
+  for (const auto& [name, t] : dict) {
+    out.emplace_back(name, ops::clone(t));
+    bytes += int64_t(t.nbytes());
+  }
+  return out;
+}
+
+}  // namespace
+
+CheckpointWriter::CheckpointWriter() : thread_([this] { run(); }) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tessera: %s\n", e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::string CheckpointWriter::save(const std::string& run_dir, const CheckpointData& data,
+                                   int64_t keep) {
+  wait();
+  CheckpointData copy;
+  int64_t bytes = 0;
+  copy.step = data.step;
+  copy.model = snapshot(data.model, bytes);
+  copy.optimizer = snapshot(data.optimizer, bytes);
+  copy.state = data.state;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    run_dir_ = run_dir;
+    job_ = std::move(copy);
+    keep_ = keep;
+    job_bytes_ = bytes;
+    busy_ = true;
+  }
+  cv_.notify_all();
+  return (std::filesystem::path(checkpoints_dir(run_dir)) / checkpoint_name(data.step)).string();
+}
+
+void CheckpointWriter::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [this] { return !busy_; });
+  if (failure_) {
+    std::exception_ptr failure = failure_;
+    failure_ = nullptr;
+    std::rethrow_exception(failure);
+  }
+}
+
+int64_t CheckpointWriter::pending_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return busy_ ? job_bytes_ : 0;
+}
+
+void CheckpointWriter::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [this] { return busy_ || stop_; });
+    if (!busy_) return;  // stop_ with nothing in flight
+    const std::string run_dir = run_dir_;
+    const int64_t keep = keep_, step = job_.step;
+    CheckpointData job = std::move(job_);
+    lock.unlock();
+    std::exception_ptr failure;
+    try {
+      save_checkpoint(run_dir, job, keep);
+    } catch (const std::exception& e) {
+      failure = std::make_exception_ptr(
+          Error(str_cat("the background save of step ", step, " failed: ", e.what())));
+    }
+    job = CheckpointData();  // the snapshot's memory goes back before the next save may start
+    lock.lock();
+    failure_ = failure;
+    busy_ = false;
+    job_bytes_ = 0;
+    cv_.notify_all();
+  }
+}
+
+}  // namespace tessera::nn

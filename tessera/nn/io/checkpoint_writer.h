@@ -1,0 +1,59 @@
+#pragma once
+// CheckpointWriter: saves checkpoints on a background thread, so the training loop stalls only
+// for the snapshot (a copy of every tensor into memory the writer owns) rather than for the
+// write and fsync of the files.
+//
+//   step 10: snapshot ──> [thread: write model, optimizer, state.json, fsync, rename, latest]
+//   step 11 ... 19 train meanwhile
+//   step 20: save() waits for step 10's write, then snapshots step 20
+//
+// One write at a time: a save waits for the one before it, so memory holds at most one extra
+// copy of the state, and checkpoints are published in step order. The files and their
+// atomicity are save_checkpoint's (checkpoint.h): a process killed mid-write leaves the
+// previous checkpoint loadable and a temporary directory that readers ignore. A failed write
+// (a full disk) is reported by the next save() or wait(), naming the step.
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "tessera/nn/io/checkpoint.h"
+
+namespace tessera::nn {
+
+class CheckpointWriter {
+ public:
+  CheckpointWriter();
+  // Waits for the write in flight; a failure of it is printed to stderr (a destructor cannot
+  // throw): call wait() first to handle it.
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Waits for the previous write (rethrowing its failure), copies data's tensors, and writes
+  // the copy in the background as save_checkpoint(run_dir, copy, keep) would. Returns the
+  // directory the checkpoint will have. The caller may change or free data's tensors as soon
+  // as it returns.
+  std::string save(const std::string& run_dir, const CheckpointData& data, int64_t keep);
+  // Blocks until the write in flight (if any) is on disk; rethrows its failure once.
+  void wait();
+  // The bytes of the snapshot in flight (0 when idle): the extra memory a save holds.
+  int64_t pending_bytes() const;
+
+ private:
+  void run();
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  bool busy_ = false, stop_ = false;
+  std::string run_dir_;
+  CheckpointData job_;
+  int64_t keep_ = 0, job_bytes_ = 0;
+  std::exception_ptr failure_;
+  std::thread thread_;
+};
+
+}  // namespace tessera::nn

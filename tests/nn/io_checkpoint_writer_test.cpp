@@ -1,0 +1,80 @@
+// The background checkpoint writer: what it writes is the state at save() time (the caller
+// changes its tensors right after), saves land in order and are waited for, and a failed
+// write is reported by the next call, naming the step.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tessera/nn/io/checkpoint_writer.h"
+#include "tessera/tessera.h"
+#include "tests/nn/io_test_util.h"
+
+namespace tessera::nn {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::mentions;
+using testing::same_tensor;
+using testing::TempDir;
+
+CheckpointData state_at(int64_t step) {
+  Generator gen(uint64_t(step) + 7);
+  CheckpointData d;
+  d.step = step;
+  d.model = {{"wte.weight", randn({64, 32}, gen)}, {"ln.bias", randn({32}, gen, DType::bf16)}};
+  d.optimizer = {{"exp_avg.wte.weight", randn({64, 32}, gen)}};
+  d.state = {{"loader", {{"position", step * 10}}}};
+  return d;
+}
+
+TEST(CheckpointWriter, WritesTheStateAsItWasAtSave) {
+  TempDir dir;
+  CheckpointData live = state_at(3);
+  const CheckpointData expected = {3,
+                                   {{"wte.weight", ops::clone(live.model[0].second)},
+                                    {"ln.bias", ops::clone(live.model[1].second)}},
+                                   {{"exp_avg.wte.weight", ops::clone(live.optimizer[0].second)}},
+                                   live.state};
+  CheckpointWriter writer;
+  const std::string where = writer.save(dir.path(), live, 0);
+  // The training loop's next update, in place, while the write may still run.
+  ops::fill_(live.model[0].second, 5.0);
+  ops::fill_(live.optimizer[0].second, -1.0);
+  writer.wait();
+  EXPECT_EQ(writer.pending_bytes(), 0);
+  EXPECT_EQ(where, (fs::path(checkpoints_dir(dir.path())) / "step_00000003").string());
+  const CheckpointData got = load_checkpoint(where);
+  ASSERT_EQ(got.model.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(same_tensor(got.model[i].second, expected.model[i].second));
+  EXPECT_TRUE(same_tensor(got.optimizer[0].second, expected.optimizer[0].second));
+  EXPECT_EQ(got.state, expected.state);
+}
+
+TEST(CheckpointWriter, SavesInOrderAndKeepsTheNewest) {
+  TempDir dir;
+  CheckpointWriter writer;
+  for (int64_t step : {1, 2, 3, 4}) writer.save(dir.path(), state_at(step), 2);
+  writer.wait();
+  EXPECT_EQ(list_checkpoints(dir.path()), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(*find_latest_checkpoint(dir.path()),
+            (fs::path(checkpoints_dir(dir.path())) / "step_00000004").string());
+}
+
+TEST(CheckpointWriter, AFailedWriteIsReportedByTheNextCallNamingTheStep) {
+  TempDir dir;
+  // A file where the checkpoints directory should be: save_checkpoint cannot create it.
+  testing::write_bytes(dir.file("run"), "x");
+  CheckpointWriter writer;
+  writer.save(dir.file("run"), state_at(9), 0);  // the snapshot succeeds; the write fails
+  try {
+    writer.wait();
+    FAIL() << "wait() did not report the failed write";
+  } catch (const Error& e) {
+    EXPECT_TRUE(mentions(e.what(), {"background save of step 9 failed", "run"}));
+  }
+  writer.wait();  // reported once
+}
+
+}  // namespace
+}  // namespace tessera::nn
