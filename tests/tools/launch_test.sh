@@ -14,12 +14,14 @@
 #   save     kill -9 of rank 0 while its save is half-written (TESSERA_FAULT_SAVE_PAUSE): the
 #            previous checkpoint loads and the run resumes from it;
 #   preempt  SIGTERM to the supervisor: forwarded, the job saves and exits 75, launch exits 75
-#            without restarting.
+#            without restarting; a second supervisor of the same run directory is refused;
+#   probe    the pre-flight probe at every start: a rank whose compute is planted 200 ms slower
+#            is named with its host and the --exclude advice, and recorded in preflight.json.
 # Usage: launch_test.sh <tessera> <mpiexec> <numproc flag> <scratch dir> [case...]
 set -euo pipefail
 tessera=$1 mpiexec=$2 np=$3 dir=$4
 shift 4
-cases=${*:-kill storm hang save preempt}
+cases=${*:-kill storm hang save preempt probe}
 export OMP_NUM_THREADS=1
 source "$(dirname "$0")/tiny_corpus.sh"
 tiny_corpus "$tessera" "$dir"
@@ -179,5 +181,19 @@ preempt)
   grep -q "preempted: not restarting" "$run.log" || fail "preempt: no line"
   [ "$(restarts "$run")" = 0 ] || fail "preempt: a restart was logged"
   echo "preempt: SIGTERM to launch: the job saved and exited 75, launch exited 75, no restart" ;;
+probe)
+  run=$dir/probe
+  launch_bg dp2 "$run" TESSERA_FAULT=slow:1 -- --checkpoint-every 0 --max-steps 3
+  finish "$run" probe
+  grep -q "^preflight: rank 1 on $(hostname) computed in [0-9.]* ms, [0-9.]*x the median: .*srun --exclude=$(hostname)" "$run.log" ||
+    { cat "$run.log" >&2; fail "probe: the slow rank was not reported"; }
+  grep -q '"slow": \[$' "$run/preflight.json" && grep -A1 '"slow": \[$' "$run/preflight.json" | grep -q '^ *1$' ||
+    fail "probe: preflight.json does not list rank 1 as slow"
+  run=$dir/probe_none
+  launch_bg dp2 "$run" -- --checkpoint-every 0 --max-steps 3
+  finish "$run" "probe (no fault)"
+  grep -q "^preflight: 2 ranks, .*; no rank slower than 2.0x the median$" "$run.log" ||
+    { cat "$run.log" >&2; fail "probe: a healthy run reported a slow rank"; }
+  echo "probe: $(grep '^preflight: rank 1' "$dir/probe.log" | cut -c1-80)..." ;;
 *) fail "unknown case $c" ;;
 esac; done

@@ -20,13 +20,16 @@ FaultInjection::FaultInjection(int rank, int world_size) {
     kind_ = m[1] == "kill" ? Kind::kill : m[1] == "stop" ? Kind::stop : Kind::hang;
     step_ = std::stoll(m[3]);
     mine_ = attempt == 0 && (m[2] == "all" || std::stoi(m[2]) == rank);
+  } else if (std::regex_match(spec, m, std::regex("slow:([0-9]+)"))) {
+    kind_ = Kind::slow;
+    mine_ = std::stoi(m[1]) == rank;
   } else if (std::regex_match(spec, m, std::regex("storm:([0-9]+)x([0-9]+)"))) {
     kind_ = Kind::storm;
     step_ = std::stoll(m[1]);
     mine_ = attempt < std::stoi(m[2]) && attempt % world_size == rank;
   } else {
-    detail::throw_error("TESSERA_FAULT: '", spec, "' is not kill:R@S, stop:R@S, hang:R@S or ",
-                        "storm:KxN (cli/fault_injection.h)");
+    detail::throw_error("TESSERA_FAULT: '", spec, "' is not kill:R@S, stop:R@S, hang:R@S, ",
+                        "storm:KxN or slow:R (cli/fault_injection.h)");
   }
 }
 
@@ -44,6 +47,7 @@ void FaultInjection::after_beat(const std::string& phase, int64_t step, int64_t 
       break;
     case Kind::hang:
       for (;;) ::pause();  // signal handlers still run: the SIGUSR2 dump answers
+    case Kind::slow:
     case Kind::none:
       break;
   }

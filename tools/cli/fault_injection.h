@@ -7,6 +7,7 @@
 //   hang:R@S    rank R sleeps forever, still answering signals (a SIGUSR2 dump shows it)
 //   storm:KxN   in each of the first N attempts, rank (attempt mod world size) kills itself K
 //               steps after the step it resumed from
+//   slow:R      rank R's pre-flight compute takes 200 ms longer, every attempt
 // R is a world rank or "all". The attempt is TESSERA_LAUNCH_ATTEMPT (0 for the first), which
 // the supervisor sets. A value that does not parse is refused at startup, naming it.
 
@@ -22,9 +23,11 @@ class FaultInjection {
   bool active() const { return kind_ != Kind::none; }
   // Called after each beat: plays the fault when its step comes.
   void after_beat(const std::string& phase, int64_t step, int64_t start_step) const;
+  // The delay slow:R plants in this rank's pre-flight probe (0 otherwise).
+  double preflight_delay_ms() const { return kind_ == Kind::slow && mine_ ? 200 : 0; }
 
  private:
-  enum class Kind { none, kill, stop, hang, storm };
+  enum class Kind { none, kill, stop, hang, storm, slow };
   Kind kind_ = Kind::none;
   int64_t step_ = 0;   // kill/stop/hang: the step; storm: K
   bool mine_ = false;  // whether this rank plays it in this attempt

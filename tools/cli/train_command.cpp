@@ -22,6 +22,7 @@
 #include "tessera/core/ops/creation.h"
 #include "tessera/cuda/cuda.h"
 #include "tessera/train/detail/device.h"
+#include "tessera/train/preflight.h"
 #include "tessera/train/trainer.h"
 #include "tessera/train/world.h"
 #if TESSERA_HAS_MPI
@@ -208,6 +209,17 @@ int run_training(const TrainOptions& options, const StopSignals& stop) {
     });
     beats = heartbeat;
     trainer->set_heartbeat(std::move(heartbeat));
+    // The pre-flight probe, at every (re)start under the supervisor.
+    if (const char* pre = std::getenv("TESSERA_PREFLIGHT"); pre == nullptr || std::string(pre) != "0") {
+      train::PreflightOptions probe;
+      probe.planted_delay_ms = fault.preflight_delay_ms();
+      const train::PreflightReport report =
+          train::run_preflight(trainer->world(), trainer->device(), probe);
+      if (reports) {
+        std::cout << report.describe(probe.slow_factor) << std::flush;
+        write_file_atomic(options.run_dir + "/preflight.json", report.to_json().dump(2) + "\n");
+      }
+    }
   }
   // The last beat says this rank's exit status: a launcher's own status is not the ranks' after
   // it forwarded a signal (cli/stop_signals.h), so the supervisor reads this one.

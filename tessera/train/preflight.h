@@ -1,0 +1,48 @@
+#pragma once
+// The pre-flight probe: before training, every rank times a small compute on its device and
+// one all-reduce, and the ranks compare. A rank much slower than its peers (a throttled or
+// shared GPU, a busy host) is named with its host, so that the job can be resubmitted without
+// it: excluding a host is the launcher's job (`srun --exclude=HOST`, or leaving it out of
+// mpiexec's host list). `tessera train` runs it at startup under `tessera launch`, so at every
+// restart too (docs/resilience.md).
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/device.h"
+#include "tessera/parallel/comm/communicator.h"
+
+namespace tessera::train {
+
+struct PreflightOptions {
+  int matmul_size = 256;     // n of the n x n x n matmuls
+  int repeats = 8;           // matmuls timed (after one untimed warm-up)
+  int64_t allreduce_floats = 1 << 18;  // 1 MiB of f32
+  // A rank is slow when its compute takes more than this many times the median's. Measured
+  // on this 2-core machine, 2 ranks' compute times differed by at most 1.3x run to run.
+  double slow_factor = 2.0;
+  double planted_delay_ms = 0;  // tests only: added to this rank's compute time
+};
+
+struct PreflightRank {
+  int rank = 0;
+  std::string host;
+  double compute_ms = 0, allreduce_ms = 0;
+};
+
+struct PreflightReport {
+  std::vector<PreflightRank> ranks;  // every rank, in rank order (the same on every rank)
+  double median_compute_ms = 0;
+  std::vector<int> slow;  // ranks past slow_factor x the median
+  // One summary line, then one line per slow rank naming its host and how to exclude it.
+  std::string describe(double slow_factor) const;
+  nlohmann::json to_json() const;
+};
+
+// Collective over world; `device` is where the compute runs.
+PreflightReport run_preflight(parallel::Communicator& world, Device device,
+                              const PreflightOptions& options = {});
+
+}  // namespace tessera::train
