@@ -1,0 +1,25 @@
+// Fuzzes the training config (train/options.h): a JSON document read as `--config` is, then
+// validated and turned into the model config, the schedule and the policies, as a run does
+// before it starts. Text that is not JSON is the caller's to refuse (the CLI checks).
+
+#include <nlohmann/json.hpp>
+
+#include "fuzz/fuzz_input.h"
+#include "tessera/train/options.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const nlohmann::json j =
+      nlohmann::json::parse(data, data + size, /*callback=*/nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return 0;
+  return tessera::fuzz::expect_value_or_error([&] {
+    tessera::train::TrainOptions options;
+    options.update_from_json(j);
+    options.validate();
+    (void)options.model_config();
+    (void)options.lr_schedule();
+    (void)options.precision_policy();
+    (void)options.recompute_policy();
+    (void)options.grad_compression_policy();
+    (void)options.to_config_file();
+  });
+}
