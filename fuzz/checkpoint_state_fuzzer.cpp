@@ -1,12 +1,9 @@
 // Fuzzes a checkpoint's state.json (nn/io/checkpoint.h): the input replaces the state file of
 // a valid checkpoint (saved once at startup), so the reader's checks of format, version, step
 // and each tensor file's record (size, checksum, tensor list) are what runs. The committed
-// seed is that checkpoint's own state.json: TESSERA_FUZZ_PRINT_SEED=1 prints it.
+// seed is that checkpoint's own state.json: TESSERA_FUZZ_WRITE_SEED=PATH copies it there.
 
-#include <cstdio>
-#include <fstream>
-#include <iostream>
-#include <sstream>
+#include <filesystem>
 
 #include "fuzz/fuzz_input.h"
 #include "tessera/core/ops/creation.h"
@@ -22,11 +19,9 @@ const std::string& checkpoint_dir() {
     data.optimizer = {{"exp_avg.wte.weight", tessera::zeros({4, 2})}};
     data.state = {{"loader", {{"position", 8}}}, {"optimizer", {{"lr", 3e-4}}}};
     const std::string d = tessera::nn::save_checkpoint(tessera::fuzz::scratch_dir(), data);
-    if (std::getenv("TESSERA_FUZZ_PRINT_SEED") != nullptr) {
-      std::ifstream in(d + "/state.json");
-      std::cout << in.rdbuf();
-      std::exit(0);
-    }
+    if (const char* seed = std::getenv("TESSERA_FUZZ_WRITE_SEED"))
+      std::filesystem::copy_file(d + "/state.json", seed,
+                                 std::filesystem::copy_options::overwrite_existing);
     return d;
   }();
   return dir;

@@ -110,7 +110,11 @@ nlohmann::json GPTConfig::to_json() const {
 GPTConfig GPTConfig::from_json(const nlohmann::json& j, const GPTConfig& base) {
   TESSERA_CHECK(j.is_object(), "config: expected a JSON object, got ", j.dump());
   GPTConfig c = base;
-  for (const auto& [key, v] : j.items()) {
+  for (const auto& item : j.items()) {
+    // Named references rather than a structured binding: lambdas below capture them (clang
+    // before 16, the fuzz build's compiler, cannot capture bindings).
+    const std::string& key = item.key();
+    const nlohmann::json& v = item.value();
     auto integer = [&](int64_t& field) {
       TESSERA_CHECK(v.is_number_integer(), "config: '", key, "' must be an integer, got ",
                     v.dump());

@@ -78,7 +78,10 @@ nlohmann::json LRSchedule::to_json() const {
 LRSchedule LRSchedule::from_json(const nlohmann::json& j, const LRSchedule& base) {
   TESSERA_CHECK(j.is_object(), "lr schedule: expected a JSON object, got ", j.dump());
   LRSchedule s = base;
-  for (const auto& [key, v] : j.items()) {
+  for (const auto& item : j.items()) {
+    // Named references, not a binding: the lambdas capture them (clang < 16 cannot).
+    const std::string& key = item.key();
+    const nlohmann::json& v = item.value();
     auto number = [&](double& field) {
       TESSERA_CHECK(v.is_number(), "lr schedule: '", key, "' must be a number, got ", v.dump());
       field = v.get<double>();

@@ -175,7 +175,12 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<parallel::Communicator> w
   }
   if (!imported.empty()) engine_->load_model(imported);
   build_loaders();
-  if (resume) resume_from(*resume);
+  if (resume)
+    resume_from(*resume);
+  else if (world_->rank() == 0)
+    // A fresh start at step 0: drop the lines of an attempt that died before its first
+    // checkpoint was on disk, which the steps about to run would log again.
+    MetricsLog::truncate_after(metrics_path(o), 0);
   if (world_->rank() == 0)
     write_file_atomic(o.run_dir + "/config.json", o.to_config_file().dump(2) + "\n");
 }
@@ -193,7 +198,10 @@ Trainer::Trainer(ModuleParts parts, TrainOptions options,
   engine_ =
       std::make_unique<ModuleEngine>(world_, std::move(parts), module_config(options_, device_));
   build_loaders();
-  if (std::optional<ResumePoint> resume = find_resume(options_)) resume_from(*resume);
+  if (std::optional<ResumePoint> resume = find_resume(options_))
+    resume_from(*resume);
+  else if (world_->rank() == 0)
+    MetricsLog::truncate_after(metrics_path(options_), 0);  // as above
   if (world_->rank() == 0)
     write_file_atomic(options_.run_dir + "/config.json", options_.to_config_file().dump(2) + "\n");
 }

@@ -256,6 +256,10 @@ TEST(Checkpoint, CorruptStateJson) {
   EXPECT_TRUE(mentions(err(), {state, "not valid JSON"}));
   write_bytes(state, "[1, 2]");
   EXPECT_TRUE(mentions(err(), {state, "expected a JSON object"}));
+  // A number past a double's range: nlohmann's out_of_range, not a parse_error (found by
+  // fuzz/checkpoint_state; it escaped as a non-tessera exception before).
+  write_bytes(state, R"({"format": "tessera-checkpoint", "step": 5555555555555555555E555})");
+  EXPECT_TRUE(mentions(err(), {state, "not valid JSON", "number overflow"}));
   write_bytes(state, good);
   edit_state(dir, [](auto& j) { j["format"] = "pytorch"; });
   EXPECT_TRUE(mentions(err(), {state, "'format' is \"pytorch\""}));

@@ -57,6 +57,9 @@ TEST_F(SafetensorsHostile, HeaderIsNotAJsonObject) {
   EXPECT_TRUE(mentions(read_error(R"({"a": {"dtype": "F32", )", ""),
                        {path_, "not valid JSON", "file offset"}));
   EXPECT_TRUE(mentions(read_error("{\"a\xff\": 1}", ""), {path_, "not valid JSON"}));
+  // A number past a double's range (json's out_of_range; the checkpoint fuzzer's finding).
+  EXPECT_TRUE(mentions(read_error(R"({"__metadata__": 5E555})", ""),
+                       {path_, "not valid JSON", "number overflow"}));
 }
 
 TEST_F(SafetensorsHostile, DuplicateNames) {

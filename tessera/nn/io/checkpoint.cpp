@@ -293,6 +293,9 @@ CheckpointData load_checkpoint(const std::string& dir_string) {
     s = nlohmann::json::parse(read_text_file(sp));
   } catch (const nlohmann::json::parse_error& e) {
     detail::throw_error(sp, ": not valid JSON (byte ", e.byte, "): ", e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // A number too large for a double (out_of_range 406), found by fuzz/checkpoint_state.
+    detail::throw_error(sp, ": not valid JSON: ", e.what());
   }
   TESSERA_CHECK(s.is_object(), sp, ": expected a JSON object, got ", s.type_name());
   TESSERA_CHECK(s.value("format", nlohmann::json()) == kFormat, sp, ": 'format' is ",

@@ -217,6 +217,8 @@ StateDict import_hf_gpt2(const std::string& path, GPTConfig* config_out,
       cfg = nlohmann::json::parse(read_text_file(cfg_path.string()));
     } catch (const nlohmann::json::parse_error& e) {
       detail::throw_error(cfg_path.string(), ": not valid JSON (byte ", e.byte, "): ", e.what());
+    } catch (const nlohmann::json::exception& e) {  // a number past a double's range
+      detail::throw_error(cfg_path.string(), ": not valid JSON: ", e.what());
     }
   }
   SafetensorsFile st = read_safetensors(file.string());

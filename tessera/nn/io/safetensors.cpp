@@ -80,6 +80,9 @@ Json parse_json(const char* text, uint64_t n, const std::string& where) {
   } catch (const nlohmann::json::parse_error& e) {
     detail::throw_error(where, ": the header is not valid JSON (near file offset ",
                         8 + (e.byte > 0 ? e.byte - 1 : 0), "): ", shown(e.what(), 300));
+  } catch (const nlohmann::json::exception& e) {
+    // A number too large for a double (out_of_range 406): the same finding as in checkpoints.
+    detail::throw_error(where, ": the header is not valid JSON: ", shown(e.what(), 300));
   }
 }
 
