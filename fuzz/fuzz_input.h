@@ -43,11 +43,16 @@ inline std::string write_input(const std::string& name, const uint8_t* data, siz
   return path;
 }
 
-// Runs f; a tessera::Error is the reader refusing the input, which is correct.
+// Runs f; a tessera::Error is the reader refusing the input, which is correct. An
+// InternalError (a broken invariant, though it is a tessera::Error too) is a finding, as is
+// any other exception, which libFuzzer reports as a crash when it escapes.
 template <class F>
 int expect_value_or_error(F&& f) {
   try {
     f();
+  } catch (const tessera::InternalError& e) {
+    std::fprintf(stderr, "fuzz: InternalError escaped the reader: %s\n", e.what());
+    std::abort();
   } catch (const tessera::Error&) {
   }
   return 0;
