@@ -13,6 +13,7 @@ packages=(
   libcli11-dev           # the tessera command line
   mpich libmpich-dev     # the parallel layer's MPI communicator; mpiexec runs the distributed tests
   python3                # tools/ scripts
+  clang libclang-rt-14-dev libomp-dev  # tools/run_fuzzers.sh: libFuzzer, ASan, UBSan, OpenMP
 )
 
 missing=()

@@ -18,24 +18,26 @@ namespace tessera::train {
 
 struct PreflightOptions {
   int matmul_size = 256;     // n of the n x n x n matmuls
-  int repeats = 8;           // matmuls timed (after one untimed warm-up)
+  int repeats = 8;           // matmuls per trial (after one untimed warm-up)
+  int trials = 3;            // a rank's time is its fastest trial's
   int64_t allreduce_floats = 1 << 18;  // 1 MiB of f32
-  // A rank is slow when its compute takes more than this many times the median's. Measured
-  // on this 2-core machine, 2 ranks' compute times differed by at most 1.3x run to run.
+  // A rank is slow when its compute takes more than this many times the median of the other
+  // ranks'.
   double slow_factor = 2.0;
-  double planted_delay_ms = 0;  // tests only: added to this rank's compute time
+  double planted_delay_ms = 0;  // tests only: added to each of this rank's trials
 };
 
 struct PreflightRank {
   int rank = 0;
   std::string host;
   double compute_ms = 0, allreduce_ms = 0;
+  double vs_others = 1;  // compute_ms over the median of the other ranks'
 };
 
 struct PreflightReport {
   std::vector<PreflightRank> ranks;  // every rank, in rank order (the same on every rank)
-  double median_compute_ms = 0;
-  std::vector<int> slow;  // ranks past slow_factor x the median
+  double median_compute_ms = 0;  // over every rank
+  std::vector<int> slow;  // ranks past slow_factor x the median of the others
   // One summary line, then one line per slow rank naming its host and how to exclude it.
   std::string describe(double slow_factor) const;
   nlohmann::json to_json() const;
