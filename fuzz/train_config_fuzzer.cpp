@@ -1,6 +1,7 @@
 // Fuzzes the training config (train/options.h): a JSON document read as `--config` is, then
 // validated and turned into the model config, the schedule and the policies, as a run does
-// before it starts. Text that is not JSON is the caller's to refuse (the CLI checks).
+// before it starts, including the sizes the model is built with and the learning rate of its
+// first and last steps. Text that is not JSON is the caller's to refuse (the CLI checks).
 
 #include <nlohmann/json.hpp>
 
@@ -15,8 +16,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     tessera::train::TrainOptions options;
     options.update_from_json(j);
     options.validate();
-    (void)options.model_config();
-    (void)options.lr_schedule();
+    const tessera::nn::GPTConfig model = options.model_config();
+    (void)model.padded_vocab_size();
+    (void)model.ffn_dim();
+    (void)model.head_dim();
+    const tessera::nn::LRSchedule schedule = options.lr_schedule();
+    (void)schedule.lr(0);
+    (void)schedule.lr(options.max_steps - 1);
     (void)options.precision_policy();
     (void)options.recompute_policy();
     (void)options.grad_compression_policy();
