@@ -18,7 +18,10 @@ namespace tessera::train {
 
 struct PreflightOptions {
   int matmul_size = 256;     // n of the n x n x n matmuls
-  int repeats = 8;           // matmuls per trial (after one untimed warm-up)
+  // Matmuls per trial (after one untimed warm-up): about 25 ms on one CPU core, long against
+  // a scheduler's time slice. With 8 (3 ms) a healthy rank of an oversubscribed node was
+  // flagged at 2.3x its peer even as the fastest of three trials.
+  int repeats = 64;
   int trials = 3;            // a rank's time is its fastest trial's
   int64_t allreduce_floats = 1 << 18;  // 1 MiB of f32
   // A rank is slow when its compute takes more than this many times the median of the other
