@@ -155,5 +155,14 @@ TEST(BadInput, NormBackwardChecksSavedStatistics) {
       {"layernorm_backward", "gradient", "f32[3, 5]", "f32[3, 4]"});
 }
 
+TEST(BadInput, EmptyRefusesShapesWhoseStridesOrBytesOverflow) {
+  // An empty tensor's strides count the zero as 1: 4 * 2^62 overflowed int64 (UBSan; a
+  // safetensors header found by fuzz/safetensors reached it).
+  expect_error([] { empty({0, int64_t(1) << 62, 4}); }, {"empty", "63 bits"});
+  expect_error([] { empty({int64_t(1) << 40, int64_t(1) << 40}); }, {"empty", "63 bits"});
+  expect_error([] { empty({int64_t(1) << 61}, DType::f64); }, {"empty", "64 bits"});
+  EXPECT_EQ(empty({0, int64_t(1) << 40}).numel(), 0);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -109,6 +109,19 @@ TEST_F(SafetensorsHostile, BadShapes) {
   EXPECT_TRUE(mentions(read_error(entry("[[1]]"), four), {path_, "nests deeper"}));
 }
 
+TEST_F(SafetensorsHostile, EmptyShapeWithHugeDimensions) {
+  // No elements, so no bytes, but the strides multiply the other dimensions: 4 * 2^62
+  // overflowed int64 in contiguous_strides (UBSan; found by fuzz/safetensors).
+  const std::string header =
+      R"({"w":{"dtype":"F32","shape":[0,4611686018427387904,4],"data_offsets":[0,0]}})";
+  EXPECT_TRUE(
+      mentions(read_error(header, ""), {path_, "tensor 'w'", "is empty", "multiply past 63 bits"}));
+  // An empty tensor whose other dimensions fit still reads.
+  const std::string fits = R"({"w":{"dtype":"F32","shape":[0,1024],"data_offsets":[0,0]}})";
+  write_bytes(path_, u64le(fits.size()) + fits);
+  EXPECT_EQ(read_safetensors(path_).tensors.at(0).second.shape(), Shape({0, 1024}));
+}
+
 TEST_F(SafetensorsHostile, ShapeAndSpanDisagree) {
   EXPECT_TRUE(mentions(read_error(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})",
                                   std::string(20, '\0')),

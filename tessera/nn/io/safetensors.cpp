@@ -110,12 +110,20 @@ SafetensorsEntry parse_entry(const std::string& name, const Json& v, uint64_t da
   TESSERA_CHECK(shape.is_array(), where, ": field 'shape' must be an array, got ", brief(shape));
   TESSERA_CHECK(shape.size() <= size_t(Shape::kMaxDims), where, ": shape ", brief(shape), " has ",
                 shape.size(), " dimensions; Tessera tensors have at most ", Shape::kMaxDims);
+  constexpr uint64_t kMax = uint64_t(std::numeric_limits<int64_t>::max());
   uint64_t numel = 1;
+  // The strides multiply the dimensions with 0 counted as 1, so an empty tensor's other
+  // dimensions must fit too ([0, 2^62, 4] overflowed them; found by fuzz/safetensors).
+  uint64_t extent = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     uint64_t dim = unsigned_field(shape[i], where, "shape[" + std::to_string(i) + "]");
-    TESSERA_CHECK(!__builtin_mul_overflow(numel, dim, &numel) &&
-                      numel <= uint64_t(std::numeric_limits<int64_t>::max()),
-                  where, ": shape ", brief(shape), " has more elements than fit in 63 bits");
+    TESSERA_CHECK(!__builtin_mul_overflow(numel, dim, &numel) && numel <= kMax, where, ": shape ",
+                  brief(shape), " has more elements than fit in 63 bits");
+    TESSERA_CHECK(
+        !__builtin_mul_overflow(extent, std::max<uint64_t>(dim, 1), &extent) && extent <= kMax,
+        where, ": shape ", brief(shape),
+        " is empty, but its other dimensions multiply past 63 bits, which a tensor's "
+        "strides cannot hold");
     e.shape.push_back(int64_t(dim));
   }
   uint64_t nbytes = 0;
