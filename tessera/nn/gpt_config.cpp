@@ -1,5 +1,7 @@
 #include "tessera/nn/gpt_config.h"
 
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/error.h"
@@ -64,8 +66,17 @@ int64_t GPTConfig::ffn_dim() const {
 }
 
 void GPTConfig::validate() const {
-  auto positive = [](int64_t v, const char* name) {
+  // Every size fits int32 (as llm.c's header stores them), so that what is derived from them
+  // (the padded vocabulary, the MLP width, the weights' element counts) cannot overflow int64:
+  // vocab_size 2^63 - 1 overflowed padded_vocab_size() (found by fuzz/train_config).
+  static constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
+  auto at_most = [](int64_t v, const char* name) {
+    TESSERA_CHECK(v <= kMaxSize, "config: ", name, " is ", v, ", more than the largest size ",
+                  "Tessera supports (", kMaxSize, ")");
+  };
+  auto positive = [&](int64_t v, const char* name) {
     TESSERA_CHECK(v > 0, "config: ", name, " must be positive, got ", v);
+    at_most(v, name);
   };
   positive(vocab_size, "vocab_size");
   positive(vocab_multiple, "vocab_multiple");
@@ -75,6 +86,7 @@ void GPTConfig::validate() const {
   positive(n_kv_head, "n_kv_head");
   positive(n_embd, "n_embd");
   TESSERA_CHECK(ffn_hidden >= 0, "config: ffn_hidden must be >= 0, got ", ffn_hidden);
+  at_most(ffn_hidden, "ffn_hidden");
   TESSERA_CHECK(n_embd % n_head == 0, "config: n_embd (", n_embd, ") must be divisible by n_head (",
                 n_head, ")");
   TESSERA_CHECK(n_head % n_kv_head == 0, "config: n_head (", n_head,

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "nn/tiny_models.h"
 
 namespace tessera::nn {
@@ -247,6 +249,22 @@ TEST(GPT, BadInputNamesTheProblem) {
       },
       {"RoPE", "even"});
   EXPECT_THROW(GPT(tiny_gpt2(), DType::i32), Error);
+}
+
+TEST(GPTConfig, SizesWhoseDerivedSizesWouldOverflowAreRefused) {
+  // From fuzz/train_config: vocab_size 2^63 - 1 passed validate() and overflowed
+  // padded_vocab_size(); n_embd 2^62 overflowed ffn_dim(). Every size now fits int32.
+  auto refused = [](const char* json, std::initializer_list<std::string> fragments) {
+    expect_error([&] { GPTConfig::from_json(nlohmann::json::parse(json)).validate(); }, fragments);
+  };
+  refused(R"({"vocab_size": 9223372036854775807})",
+          {"vocab_size", "9223372036854775807", "largest size"});
+  refused(R"({"n_embd": 4611686018427387904, "n_head": 1, "n_kv_head": 1})",
+          {"n_embd", "largest size"});
+  refused(R"({"ffn_hidden": 2147483648})", {"ffn_hidden", "largest size"});
+  GPTConfig c = GPTConfig::from_json(nlohmann::json::parse(R"({"vocab_size": 2147483647})"));
+  c.validate();
+  EXPECT_EQ(c.padded_vocab_size(), 2147483648);
 }
 
 // Gradcheck of the whole model's loss in f64: each listed parameter's elements perturbed by

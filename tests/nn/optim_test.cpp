@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include <nlohmann/json.hpp>
@@ -244,6 +245,20 @@ TEST(LRSchedule, ValuesAtKeySteps) {
   EXPECT_DOUBLE_EQ(flat.lr(1), 0.5);
   EXPECT_DOUBLE_EQ(flat.lr(1000000), 0.5);
   EXPECT_THROW(flat.lr(-1), Error);
+}
+
+TEST(LRSchedule, DecayStartNearInt64Max) {
+  // From fuzz/train_config: wsd over 2^63 - 1 steps; double(total_steps) rounds up to 2^63, so
+  // llround's result was unspecified and total_steps minus it overflowed.
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  LRSchedule all{ScheduleKind::wsd, 1.0, 0.0, 0, huge, 1.0};
+  EXPECT_EQ(all.decay_start(), 0);
+  all.validate();
+  EXPECT_DOUBLE_EQ(all.lr(0), 1.0);
+  LRSchedule half{ScheduleKind::wsd, 1.0, 0.0, 0, huge, 0.5};
+  EXPECT_EQ(half.decay_start(), huge - (int64_t(1) << 62));
+  LRSchedule small{ScheduleKind::wsd, 1.0, 0.0, 0, 7, 0.5};
+  EXPECT_EQ(small.decay_start(), 3);  // 3.5 rounds away from zero, as llround did
 }
 
 TEST(LRSchedule, JsonRoundTripAndBadConfigs) {
