@@ -9,6 +9,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
+#include "tessera/core/json_depth.h"
 #include "tessera/data/detail/pretokenize.h"
 
 namespace tessera::data {
@@ -170,6 +171,7 @@ void BpeTokenizer::save(const std::string& path) const {
 
 BpeTokenizer BpeTokenizer::load(const std::string& path) {
   std::string text = read_text_file(path);
+  check_json_depth(text, "BPE tokenizer " + path);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);

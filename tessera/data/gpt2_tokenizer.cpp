@@ -9,6 +9,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
+#include "tessera/core/json_depth.h"
 
 namespace tessera::data {
 
@@ -59,6 +60,7 @@ std::string token_to_bytes(const std::string& token, int64_t id, const std::stri
 }
 
 nlohmann::json parse_encoder(const std::string& text, const std::string& source) {
+  check_json_depth(text, "GPT-2 encoder " + source);
   // nlohmann keeps the last of repeated keys silently; the callback catches them.
   std::string duplicate;
   std::unordered_map<std::string, int> seen;

@@ -8,6 +8,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
+#include "tessera/core/json_depth.h"
 #include "tessera/data/bpe_tokenizer.h"
 #include "tessera/data/gpt2_tokenizer.h"
 
@@ -27,6 +28,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   TESSERA_CHECK(fs::is_regular_file(spec, ec), "tokenizer: '", spec,
                 "' is not \"byte\", a tokenizer file or a folder with encoder.json and vocab.bpe");
   std::string text = read_text_file(spec);
+  check_json_depth(text, "tokenizer file " + spec);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);

@@ -6,6 +6,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
+#include "tessera/core/json_depth.h"
 
 namespace tessera {
 namespace {
@@ -68,4 +69,24 @@ TEST_F(FileIo, PublishDirectoryRenamesOnce) {
 }
 
 }  // namespace
+TEST(JsonDepth, RefusesDeepNestingNamingTheOffset) {
+  // 30000 '[' overflowed the stack when a reader copied or printed the parsed value (found by
+  // fuzz/checkpoint_state, fuzz/tokenizer and fuzz/train_config).
+  const std::string deep = "{\"a\": " + std::string(30000, '[') + std::string(30000, ']') + "}";
+  try {
+    check_json_depth(deep, "state.json");
+    ADD_FAILURE() << "accepted 30001 levels";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("state.json"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("deeper than 64 levels at byte offset 69"), std::string::npos) << msg;
+  }
+  // 64 levels pass; brackets inside strings, escaped quotes included, do not count.
+  check_json_depth(std::string(64, '[') + std::string(64, ']'), "ok.json");
+  check_json_depth("{\"k\": \"[[[[\\\"[[[[\"}", "ok.json", 1);
+  EXPECT_THROW(check_json_depth("[[", "x.json", 1), Error);
+  // Not JSON at all is the parser's to report.
+  check_json_depth("]]]} not json", "x.json", 1);
+}
+
 }  // namespace tessera

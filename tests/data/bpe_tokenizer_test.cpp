@@ -185,6 +185,9 @@ TEST(BpeTokenizer, RejectsHostileFiles) {
   check("{\"format\": \"tessera-bpe\", ", {"bad.json", "not valid JSON"});
   check("", {"bad.json", "not valid JSON"});
   check("[1, 2]", {"bad.json", "expected a JSON object"});
+  // Printing a 30000-level 'format' in the error overflowed the stack (fuzz/tokenizer).
+  check(R"({"format": )" + std::string(30000, '[') + std::string(30000, ']') + "}",
+        {"bad.json", "nests deeper than 64 levels"});
   check(with("format", "sentencepiece"), {"'format' is \"sentencepiece\""});
   check(with("version", 2), {"'version' is 2, expected 1"});
   check(with("pretokenizer", "llama3"), {"'pretokenizer'"});

@@ -153,6 +153,8 @@ TEST(Gpt2Tokenizer, RejectsHostileFiles) {
   };
   check("{\"a\": 1,", kMerges, {"encoder.json", "not valid JSON"});
   check("[1]", kMerges, {"encoder.json", "expected a JSON object"});
+  check(R"({"a": )" + std::string(30000, '[') + std::string(30000, ']') + "}", kMerges,
+        {"encoder.json", "nests deeper than 64 levels"});
   check(edited([](auto& j) { j["he"] = "x"; }), kMerges, {"\"he\" maps to \"x\""});
   check(edited([](auto& j) { j["he"] = 263; }), kMerges, {"\"he\" has id 263", "must be 0..262"});
   check(edited([](auto& j) { j["he"] = 257; }), kMerges, {"id 257 is given to both"});

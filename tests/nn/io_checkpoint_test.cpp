@@ -260,6 +260,10 @@ TEST(Checkpoint, CorruptStateJson) {
   // fuzz/checkpoint_state; it escaped as a non-tessera exception before).
   write_bytes(state, R"({"format": "tessera-checkpoint", "step": 5555555555555555555E555})");
   EXPECT_TRUE(mentions(err(), {state, "not valid JSON", "number overflow"}));
+  // 30000 levels of '[' overflowed the stack when the reader copied 'format' (found by
+  // fuzz/checkpoint_state).
+  write_bytes(state, R"({"format": )" + std::string(30000, '[') + std::string(30000, ']') + "}");
+  EXPECT_TRUE(mentions(err(), {state, "nests deeper than 64 levels", "byte offset 74"}));
   write_bytes(state, good);
   edit_state(dir, [](auto& j) { j["format"] = "pytorch"; });
   EXPECT_TRUE(mentions(err(), {state, "'format' is \"pytorch\""}));

@@ -17,6 +17,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
+#include "tessera/core/json_depth.h"
 #include "tessera/core/version.h"
 #include "tessera/nn/io/detail/checksum.h"
 #include "tessera/nn/io/safetensors.h"
@@ -289,8 +290,10 @@ CheckpointData load_checkpoint(const std::string& dir_string) {
   TESSERA_CHECK(fs::is_regular_file(state_path), "checkpoint ", dir_string, ": missing ",
                 kStateFile);
   nlohmann::json s;
+  const std::string text = read_text_file(sp);
+  check_json_depth(text, sp);
   try {
-    s = nlohmann::json::parse(read_text_file(sp));
+    s = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     detail::throw_error(sp, ": not valid JSON (byte ", e.byte, "): ", e.what());
   } catch (const nlohmann::json::exception& e) {

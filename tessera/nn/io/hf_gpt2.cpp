@@ -10,6 +10,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
+#include "tessera/core/json_depth.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/nn/io/detail/gpt2_weights.h"
 #include "tessera/nn/io/safetensors.h"
@@ -213,8 +214,10 @@ StateDict import_hf_gpt2(const std::string& path, GPTConfig* config_out,
   nlohmann::json cfg;
   const bool have_cfg = fs::exists(cfg_path);
   if (have_cfg) {
+    const std::string text = read_text_file(cfg_path.string());
+    check_json_depth(text, cfg_path.string());
     try {
-      cfg = nlohmann::json::parse(read_text_file(cfg_path.string()));
+      cfg = nlohmann::json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
       detail::throw_error(cfg_path.string(), ": not valid JSON (byte ", e.byte, "): ", e.what());
     } catch (const nlohmann::json::exception& e) {  // a number past a double's range

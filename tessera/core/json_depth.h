@@ -1,0 +1,21 @@
+#pragma once
+// A guard for JSON text from files: nlohmann parses any depth, but copying, comparing and
+// printing a parsed value recurse once per level, so a file of 30000 '[' overflowed the stack
+// (found by fuzz/checkpoint_state, fuzz/tokenizer and fuzz/train_config). Every JSON file
+// Tessera reads nests a few levels; readers check the text before parsing it.
+
+#include <string>
+#include <string_view>
+
+namespace tessera {
+
+// Deeper than any file Tessera writes or reads (a checkpoint's state.json nests about 6).
+inline constexpr int kMaxJsonDepth = 64;
+
+// Throws tessera::Error naming source and the byte offset of the bracket that opens level
+// max_depth + 1 when text nests arrays and objects deeper than that. Brackets inside strings
+// do not count. Text that is not JSON passes: the parser reports it.
+void check_json_depth(std::string_view text, const std::string& source,
+                      int max_depth = kMaxJsonDepth);
+
+}  // namespace tessera
