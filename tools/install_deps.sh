@@ -14,6 +14,7 @@ packages=(
   mpich libmpich-dev     # the parallel layer's MPI communicator; mpiexec runs the distributed tests
   python3                # tools/ scripts
   clang libclang-rt-14-dev libomp-dev  # tools/run_fuzzers.sh: libFuzzer, ASan, UBSan, OpenMP
+  llvm-14                # llvm-symbolizer: file:line in the fuzzers' sanitizer reports
 )
 
 missing=()
