@@ -1,7 +1,7 @@
 #pragma once
 // A guard for JSON text from files: nlohmann parses any depth, but copying, comparing and
 // printing a parsed value recurse once per level, so a file of 30000 '[' overflowed the stack
-// (found by fuzz/checkpoint_state, fuzz/tokenizer and fuzz/train_config). Every JSON file
+// (found with fuzz/checkpoint_state, fuzz/tokenizer and fuzz/train_config). Every JSON file
 // Tessera reads nests a few levels; readers check the text before parsing it.
 
 #include <string>

@@ -68,7 +68,7 @@ int64_t GPTConfig::ffn_dim() const {
 void GPTConfig::validate() const {
   // Every size fits int32 (as llm.c's header stores them), so that what is derived from them
   // (the padded vocabulary, the MLP width, the weights' element counts) cannot overflow int64:
-  // vocab_size 2^63 - 1 overflowed padded_vocab_size() (found by fuzz/train_config).
+  // vocab_size 2^63 - 1 overflowed padded_vocab_size() (found with fuzz/train_config).
   static constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
   auto at_most = [](int64_t v, const char* name) {
     TESSERA_CHECK(v <= kMaxSize, "config: ", name, " is ", v, ", more than the largest size ",

@@ -43,7 +43,7 @@ void LRSchedule::validate() const {
 int64_t LRSchedule::decay_start() const {
   // Rounded and clamped to [0, total_steps] in double before converting: double(total_steps)
   // rounds up past int64's range near 2^63, where llround's result was unspecified and the
-  // subtraction overflowed (found by fuzz/train_config).
+  // subtraction overflowed (found with fuzz/train_config).
   if (total_steps <= 0) return total_steps;
   const double decay = std::round(decay_fraction * double(total_steps));
   if (!(decay > 0.0)) return total_steps;  // also a NaN fraction

@@ -157,7 +157,7 @@ TEST(BadInput, NormBackwardChecksSavedStatistics) {
 
 TEST(BadInput, EmptyRefusesShapesWhoseStridesOrBytesOverflow) {
   // An empty tensor's strides count the zero as 1: 4 * 2^62 overflowed int64 (UBSan; a
-  // safetensors header found by fuzz/safetensors reached it).
+  // safetensors header reached it, found with fuzz/safetensors).
   expect_error([] { empty({0, int64_t(1) << 62, 4}); }, {"empty", "63 bits"});
   expect_error([] { empty({int64_t(1) << 40, int64_t(1) << 40}); }, {"empty", "63 bits"});
   expect_error([] { empty({int64_t(1) << 61}, DType::f64); }, {"empty", "64 bits"});

@@ -111,7 +111,7 @@ TEST_F(SafetensorsHostile, BadShapes) {
 
 TEST_F(SafetensorsHostile, EmptyShapeWithHugeDimensions) {
   // No elements, so no bytes, but the strides multiply the other dimensions: 4 * 2^62
-  // overflowed int64 in contiguous_strides (UBSan; found by fuzz/safetensors).
+  // overflowed int64 in contiguous_strides (UBSan; found with fuzz/safetensors).
   const std::string header =
       R"({"w":{"dtype":"F32","shape":[0,4611686018427387904,4],"data_offsets":[0,0]}})";
   EXPECT_TRUE(

@@ -113,7 +113,7 @@ SafetensorsEntry parse_entry(const std::string& name, const Json& v, uint64_t da
   constexpr uint64_t kMax = uint64_t(std::numeric_limits<int64_t>::max());
   uint64_t numel = 1;
   // The strides multiply the dimensions with 0 counted as 1, so an empty tensor's other
-  // dimensions must fit too ([0, 2^62, 4] overflowed them; found by fuzz/safetensors).
+  // dimensions must fit too ([0, 2^62, 4] overflowed them; found with fuzz/safetensors).
   uint64_t extent = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     uint64_t dim = unsigned_field(shape[i], where, "shape[" + std::to_string(i) + "]");
