@@ -83,6 +83,14 @@ TEST(Cli, BadFlagsGiveOneLineAndNonZeroExit) {
   Result config = run_cli({"train", "--config", dir / "bad.json"}, dir);
   EXPECT_EQ(config.code, 1);
   EXPECT_NE(config.err.find("bogus"), std::string::npos) << config.err;
+  // 30000 levels of '[': refused by the depth check before parsing (it overflowed the stack
+  // when the value was copied; docs/fuzzing.md).
+  write_file_atomic(dir / "deep.json", std::string(30000, '[') + std::string(30000, ']'));
+  Result deep = run_cli({"train", "--config", dir / "deep.json"}, dir);
+  EXPECT_EQ(deep.code, 1);
+  EXPECT_NE(deep.err.find("nests deeper than 64 levels at byte offset 64"), std::string::npos)
+      << deep.err;
+  EXPECT_EQ(count_lines(deep.err), 1) << deep.err;
 
   Result model = run_cli({"generate", "--model", dir / "no_such_run"}, dir);
   EXPECT_EQ(model.code, 1);

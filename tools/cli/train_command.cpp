@@ -19,6 +19,7 @@
 #include "cli/stop_signals.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
+#include "tessera/core/json_depth.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/cuda/cuda.h"
 #include "tessera/train/detail/device.h"
@@ -289,7 +290,9 @@ void add_train_command(CLI::App& app) {
   cmd->callback([flags, cmd, defaults] {
     TrainOptions options;
     if (!flags->config_path.empty()) {
-      nlohmann::json j = nlohmann::json::parse(read_text_file(flags->config_path), nullptr, false);
+      const std::string text = read_text_file(flags->config_path);
+      check_json_depth(text, flags->config_path);  // deep nesting overflows the stack later
+      nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
       TESSERA_CHECK(!j.is_discarded(), "train: ", flags->config_path, " is not valid JSON");
       options.update_from_json(j);
     }
@@ -301,6 +304,7 @@ void add_train_command(CLI::App& app) {
     if (!flags->preset.empty() || !flags->model_json.empty()) {
       nlohmann::json model = nlohmann::json::object();
       if (!flags->model_json.empty()) {
+        check_json_depth(flags->model_json, "train: --model");
         model = nlohmann::json::parse(flags->model_json, nullptr, false);
         TESSERA_CHECK(model.is_object(), "train: --model must be a JSON object, got '",
                       flags->model_json, "'");
