@@ -242,7 +242,11 @@ nlohmann::json TrainOptions::to_config_file() const {
 
 void TrainOptions::update_from_json(const nlohmann::json& j) {
   TESSERA_CHECK(j.is_object(), "config: expected a JSON object, got ", j.dump());
-  for (const auto& [key, v] : j.items()) {
+  for (const auto& item : j.items()) {
+    // Named references, not a binding: the lambdas capture them (clang < 16, the fuzz build's
+    // compiler, cannot capture bindings; gpt_config.cpp and lr_schedule.cpp do the same).
+    const std::string& key = item.key();
+    const nlohmann::json& v = item.value();
     if (key == "config_version") {
       check_format_version("config: 'config_version'", "tessera-config",
                            v.is_number_integer() ? std::optional(v.get<int64_t>()) : std::nullopt,

@@ -4,11 +4,10 @@
 #      the 2 s timeout and throws CommError, and `tessera train` ends the job: one line naming
 #      rank, group, collective and step, exit status 124, within the timeout plus 10 s;
 #   2. a slow save: every save pauses 3 s (TESSERA_FAULT_SAVE_PAUSE) under a 1 s timeout.
-#      Written in the background (the default) or in the loop (--sync-save), the ranks wait
-#      for it (a save waits for the write before it) under
-#      --save-timeout and the run completes, and the same run with the save's wait left at the
-#      collective timeout (--save-timeout 0.5, under 1 s) fails, which shows what the separate
-#      limit does.
+#      Written in the background (the default) or in the loop (--sync-save), the run
+#      completes: the ranks wait for rank 0 (whose save waits for the write before it) under
+#      --save-timeout. The same run with --sync-save --save-timeout 0.5 fails with 124 in
+#      that wait, which shows what the separate limit does.
 # Usage: comm_timeout_test.sh <tessera> <mpiexec> <numproc flag> <scratch dir>
 set -euo pipefail
 tessera=$1 mpiexec=$2 np=$3 dir=$4

@@ -15,13 +15,15 @@
 #            previous checkpoint loads and the run resumes from it;
 #   preempt  SIGTERM to the supervisor: forwarded, the job saves and exits 75, launch exits 75
 #            without restarting; a second supervisor of the same run directory is refused;
+#   one      one process (no mpiexec, no --comm-timeout, which it refuses) under a heartbeat
+#            timeout shorter than the default collective timeout: launch runs it;
 #   probe    the pre-flight probe at every start: a rank whose compute is planted 200 ms slower
 #            is named with its host and the --exclude advice, and recorded in preflight.json.
 # Usage: launch_test.sh <tessera> <mpiexec> <numproc flag> <scratch dir> [case...]
 set -euo pipefail
 tessera=$1 mpiexec=$2 np=$3 dir=$4
 shift 4
-cases=${*:-kill storm hang save preempt probe}
+cases=${*:-kill storm hang save preempt probe one}
 export OMP_NUM_THREADS=1
 source "$(dirname "$0")/tiny_corpus.sh"
 tiny_corpus "$tessera" "$dir"
@@ -195,5 +197,12 @@ probe)
   grep -q "^preflight: 2 ranks, .*; no rank slower than 2.0x the median of the others$" "$run.log" ||
     { cat "$run.log" >&2; fail "probe: a healthy run reported a slow rank"; }
   echo "probe: $(grep '^preflight: rank 1' "$dir/probe.log" | cut -c1-80)..." ;;
+one)
+  run=$dir/one
+  # common without its --comm-timeout 3 (its last two words): one process refuses the flag.
+  "${supervise[@]}" -- "$tessera" "${common[@]:0:${#common[@]}-2}" --checkpoint-every 10 \
+    --run-dir "$run" >"$run.log" 2>&1 || { cat "$run.log" >&2; fail "one: launch failed"; }
+  grep -q "the job finished after 0 restarts" "$run.log" || fail "one: no finish line"
+  echo "one: a single process under launch --heartbeat-timeout 8 ran to the end" ;;
 *) fail "unknown case $c" ;;
 esac; done

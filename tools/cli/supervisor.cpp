@@ -220,18 +220,21 @@ int supervise(LaunchOptions o, std::ostream& out) {
   TESSERA_CHECK(o.run_dir.empty() || fs::path(o.run_dir) == fs::path(job_run_dir),
                 "tessera launch: --run-dir ", o.run_dir, " differs from the job's ", job_run_dir);
   if (o.run_dir.empty()) o.run_dir = job_run_dir;
-  const double comm_timeout =
-      parse_number(job_setting(o.command, "comm_timeout", "600"), "the job's --comm-timeout");
-  TESSERA_CHECK(comm_timeout < o.heartbeat_timeout, "tessera launch: --heartbeat-timeout ",
-                o.heartbeat_timeout, " s must exceed the job's collective timeout (",
-                comm_timeout, " s, --comm-timeout): a hung peer ends the job through its ",
-                "collective timeout first (docs/resilience.md)");
   if (o.ranks == 0) {
     o.ranks = 1;
     for (const char* axis : {"dp", "tp", "pp"})
       o.ranks *= int(parse_number(job_setting(o.command, axis, "1"), str_cat("the job's --", axis)));
   }
   TESSERA_CHECK(o.ranks >= 1, "tessera launch: --ranks must be >= 1, got ", o.ranks);
+  // One process has no collectives (and train refuses --comm-timeout there): no order to keep.
+  if (o.ranks > 1) {
+    const double comm_timeout =
+        parse_number(job_setting(o.command, "comm_timeout", "600"), "the job's --comm-timeout");
+    TESSERA_CHECK(comm_timeout < o.heartbeat_timeout, "tessera launch: --heartbeat-timeout ",
+                  o.heartbeat_timeout, " s must exceed the job's collective timeout (",
+                  comm_timeout, " s, --comm-timeout): a hung peer ends the job through its ",
+                  "collective timeout first (docs/resilience.md)");
+  }
 
   const std::string heartbeat_dir = (fs::path(o.run_dir) / "heartbeat").string();
   fs::create_directories(o.run_dir);
@@ -351,25 +354,26 @@ int supervise(LaunchOptions o, std::ostream& out) {
         if (b.phase == "exit" && b.status != 0 && ranks_code == 0) ranks_code = b.status;
       }
       if (all_exited || (code == 0 && ranks_code != 0)) code = ranks_code;
-      if (code != exit_code_of(status)) status = code << 8;  // describe_status says the ranks'
+      std::string what = describe_status(status);
+      if (code != exit_code_of(status)) what = str_cat("the ranks exited with status ", code, " (", what, ")");
       if (code == 0) {
         out << "tessera launch: the job finished after " << attempt << " restart"
             << (attempt == 1 ? "" : "s") << "\n";
         return 0;
       }
       if (forwarded != 0 || code == kPreemptedExit || code == kInterruptedExit) {
-        out << "tessera launch: " << describe_status(status)
+        out << "tessera launch: " << what
             << (code == kPreemptedExit ? " (preempted: not restarting; the scheduler requeues)"
                                        : " after a stop signal: not restarting")
             << "\n";
         return code;
       }
       if (code == kUnrunnableExit) {
-        out << "tessera launch: " << describe_status(status)
+        out << "tessera launch: " << what
             << " (a usage, layout or device error, the same on every try): not restarting\n";
         return code;
       }
-      cause = describe_status(status);
+      cause = what;
       last_code = code;
     } else {
       // Stuck: ask every rank for its diagnostics, give them the window, then kill.
