@@ -147,6 +147,16 @@ nn::OptimizerState ModuleEngine::gather_optimizer() {
   return state;
 }
 
+OwnedState ModuleEngine::owned_state() {
+  const int rank = world_->rank(), ranks = world_->size();
+  nn::OptimizerState optimizer = parts_.optimizer->state_dict();
+  OwnedState out{nn::replicated_pieces(parts_.master->state_dict(), false, rank, ranks),
+                 optimizer.scalars};
+  for (nn::ShardPiece& p : nn::replicated_pieces(optimizer.tensors, true, rank, ranks))
+    out.pieces.push_back(std::move(p));
+  return out;
+}
+
 void ModuleEngine::load_optimizer(const nn::OptimizerState& full) {
   parts_.optimizer->load_state_dict(full);
 }

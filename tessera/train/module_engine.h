@@ -59,6 +59,8 @@ class ModuleEngine final : public StepEngine {
   nn::StateDict gather_model() override;
   void load_model(const nn::StateDict& full) override;
   nn::OptimizerState gather_optimizer() override;
+  // Everything is replicated: each rank writes its flat share of every tensor.
+  OwnedState owned_state() override;
   void load_optimizer(const nn::OptimizerState& full) override;
   nlohmann::json precision_state() const override { return precision_->state(); }
   void load_precision_state(const nlohmann::json& state) override;

@@ -64,6 +64,7 @@ void for_each_field(Options& o, F&& f) {
   f("comm_timeout", o.comm_timeout);
   f("save_timeout", o.save_timeout);
   f("sync_save", o.sync_save);
+  f("checkpoint_format", o.checkpoint_format);
   f("recompute", o.recompute);
   f("recompute_layers", o.recompute_layers);
   f("sample_tokens", o.sample_tokens);
@@ -174,6 +175,10 @@ void TrainOptions::validate() const {
                 "train: --comm-timeout must be a positive number of seconds, got ", comm_timeout);
   TESSERA_CHECK(std::isfinite(save_timeout) && save_timeout > 0,
                 "train: --save-timeout must be a positive number of seconds, got ", save_timeout);
+  TESSERA_CHECK(checkpoint_format == "auto" || checkpoint_format == "sharded" ||
+                    checkpoint_format == "gathered",
+                "train: --checkpoint-format must be auto, sharded or gathered, got '",
+                checkpoint_format, "'");
   TESSERA_CHECK(std::isfinite(bucket_mb) && bucket_mb >= 0,
                 "train: --bucket-mb must be >= 0 (0: one bucket per layer), got ", bucket_mb);
   const parallel::GradCompression compression = grad_compression_policy();  // throws if bad

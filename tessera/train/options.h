@@ -96,6 +96,9 @@ struct TrainOptions {
   // Whether the training loop waits for each checkpoint's write (the old behaviour, and the
   // reference of bench/checkpoint_stall.sh); by default rank 0 writes in the background.
   bool sync_save = false;
+  // "sharded" (every rank writes what it owns: nn/io/sharded_checkpoint.h), "gathered" (rank 0
+  // gathers and writes the single-process format) or "auto": sharded on several ranks.
+  std::string checkpoint_format = "auto";
 
   // Activation recomputation (nn/recompute.h): "none", "selective" or "full"; under full,
   // recompute_layers blocks per pipeline stage (its first ones), -1 for all.

@@ -15,10 +15,12 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/tensor.h"
+#include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/nn/module.h"
 #include "tessera/nn/optim/loss_scaler.h"
 #include "tessera/nn/optim/optimizer.h"
@@ -39,6 +41,13 @@ struct EngineStep {
   parallel::RankMemory memory;
 };
 
+// This rank's share of a sharded checkpoint: the pieces it alone writes (views of the live
+// state, unchanged until the next update) and the optimizer's scalars.
+struct OwnedState {
+  std::vector<nn::ShardPiece> pieces;
+  nlohmann::json optimizer_scalars;
+};
+
 class StepEngine {
  public:
   virtual ~StepEngine() = default;
@@ -57,6 +66,9 @@ class StepEngine {
   // The optimizer state in the single-process format, on the CPU; and its load. Collective.
   virtual nn::OptimizerState gather_optimizer() = 0;
   virtual void load_optimizer(const nn::OptimizerState& full) = 0;
+  // What this rank writes of a sharded checkpoint (nn/io/sharded_checkpoint.h): every element
+  // of the single-process model and optimizer state is in exactly one rank's pieces. Local.
+  virtual OwnedState owned_state() = 0;
   // Mixed precision's state (fp16's loss scaler), for checkpoints.
   virtual nlohmann::json precision_state() const = 0;
   virtual void load_precision_state(const nlohmann::json& state) = 0;

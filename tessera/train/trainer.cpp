@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <iomanip>
 #include <ostream>
+#include <random>
 #include <sstream>
 
 #include "tessera/core/allocator.h"
@@ -351,7 +352,26 @@ void Trainer::wait_for_save() {
   if (writer_) writer_->wait();
 }
 
+nlohmann::json Trainer::checkpoint_state(const nlohmann::json& optimizer_scalars) const {
+  nlohmann::json state = {{"options", options_.to_json()},
+                          {"optimizer", optimizer_scalars},
+                          {"loader", train_->state().to_json()},
+                          {"precision", engine_->precision_state()}};
+  // A GPT's config (generate and ckpt rebuild the model from it); a model of the caller's own
+  // has none.
+  if (!custom_model_) state["model_config"] = config_.to_json();
+  const nlohmann::json layout = engine_->layout_json();
+  if (!layout.empty()) state["parallel"] = layout;
+  return state;
+}
+
+bool Trainer::sharded_checkpoints() const {
+  return options_.checkpoint_format == "sharded" ||
+         (options_.checkpoint_format == "auto" && world_->size() > 1);
+}
+
 std::string Trainer::save(bool wait) {
+  if (sharded_checkpoints()) return save_sharded(wait);
   nn::StateDict model = engine_->gather_model();
   nn::OptimizerState optimizer = engine_->gather_optimizer();
   if (world_->rank() == 0) {
@@ -359,15 +379,7 @@ std::string Trainer::save(bool wait) {
     data.step = step_;
     data.model = std::move(model);
     data.optimizer = std::move(optimizer.tensors);
-    data.state = {{"options", options_.to_json()},
-                  {"optimizer", optimizer.scalars},
-                  {"loader", train_->state().to_json()},
-                  {"precision", engine_->precision_state()}};
-    // A GPT's config (generate and ckpt rebuild the model from it); a model of the caller's
-    // own has none.
-    if (!custom_model_) data.state["model_config"] = config_.to_json();
-    const nlohmann::json layout = engine_->layout_json();
-    if (!layout.empty()) data.state["parallel"] = layout;
+    data.state = checkpoint_state(optimizer.scalars);
     if (wait) {
       wait_for_save();  // in step order, after any background save
       nn::save_checkpoint(options_.run_dir, data, options_.keep_checkpoints);
@@ -380,6 +392,45 @@ std::string Trainer::save(bool wait) {
   // collective may wait: the others wait here under the save's own limit.
   world_->barrier(std::max(options_.save_timeout, options_.comm_timeout));
   return (fs::path(nn::checkpoints_dir(options_.run_dir)) / nn::checkpoint_name(step_)).string();
+}
+
+std::string Trainer::save_sharded(bool wait) {
+  const double allow = std::max(options_.save_timeout, options_.comm_timeout);
+  const bool rank0 = world_->rank() == 0;
+  if (!writer_) writer_ = std::make_unique<nn::CheckpointWriter>();
+  // Each rank's previous write is done (rank 0's published its set) before this save starts,
+  // and a stale manifest of this step is gone before any rank writes into its directory.
+  wait_for_save();
+  if (rank0) nn::begin_sharded_save(options_.run_dir, step_);
+  world_->barrier(allow);
+  // The save's nonce, from rank 0: rank 0 publishes only shards that carry it, never ones an
+  // earlier save of the same step left. Two 32-bit halves, exact in f64.
+  Tensor nonce = zeros(Shape{2}, DType::f64);
+  if (rank0) {
+    std::random_device rd;
+    nonce = from_vector<double>({double(rd()), double(rd())}, Shape{2});
+  }
+  world_->all_reduce(nonce, parallel::CommOp::sum);
+  const std::vector<double> halves = to_vector<double>(nonce);
+  OwnedState owned = engine_->owned_state();
+  nn::ShardJob job;
+  job.run_dir = options_.run_dir;
+  job.step = step_;
+  job.rank = world_->rank();
+  job.ranks = world_->size();
+  job.nonce = nn::checkpoint_nonce((uint64_t(halves[0]) << 32) | uint64_t(halves[1]));
+  job.pieces = std::move(owned.pieces);
+  if (rank0) {
+    job.state = checkpoint_state(owned.optimizer_scalars);
+    job.keep = options_.keep_checkpoints;
+    job.publish_timeout = allow;
+  }
+  const std::string dir = writer_->save_shard(std::move(job));
+  if (wait) {
+    wait_for_save();
+    world_->barrier(allow);  // rank 0 has published the set
+  }
+  return dir;
 }
 
 bool Trainer::agree_on_stop(const std::atomic<bool>* stop) {

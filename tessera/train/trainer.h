@@ -101,10 +101,12 @@ class Trainer {
   StepMetrics step();
   // The validation loss over the first eval_batches batches of val_data. Collective.
   double evaluate();
-  // A checkpoint of the current step under <run_dir>/checkpoints (rank 0 writes it, atomically;
-  // keep_checkpoints prunes older ones). Returns its directory. Collective. With wait false,
-  // rank 0 writes it in the background (nn/io/checkpoint_writer.h) and the call returns once
-  // the state is copied; the next save, wait_for_save() or the destructor waits for it.
+  // A checkpoint of the current step under <run_dir>/checkpoints, atomically (keep_checkpoints
+  // prunes older ones). Returns its directory. Collective. Sharded (checkpoint_format; the
+  // default on several ranks), every rank writes its own part and rank 0 the manifest
+  // (nn/io/sharded_checkpoint.h); gathered, rank 0 writes the single-process format. With wait
+  // false the files are written in the background (nn/io/checkpoint_writer.h) and the call
+  // returns once the state is copied; the next save, wait_for_save() or the destructor waits.
   std::string save(bool wait = true);
   // Blocks until a background save is on disk; rethrows its failure.
   void wait_for_save();
@@ -143,6 +145,10 @@ class Trainer {
   data::Batch next_rows();
   std::vector<RankMetrics> gather_rank_metrics(const EngineStep& s);
   bool agree_on_stop(const std::atomic<bool>* stop);
+  // What a checkpoint's state.json (or manifest) holds besides the tensors.
+  nlohmann::json checkpoint_state(const nlohmann::json& optimizer_scalars) const;
+  bool sharded_checkpoints() const;
+  std::string save_sharded(bool wait);
 
   TrainOptions options_;
   std::shared_ptr<parallel::Communicator> world_;

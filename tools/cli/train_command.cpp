@@ -110,8 +110,11 @@ const std::map<std::string, std::string>& flag_help() {
        "seconds the ranks wait for a checkpoint save to finish (it replaces --comm-timeout "
        "for that wait)"},
       {"sync_save",
-       "write each checkpoint before training goes on (default: rank 0 writes it in the "
+       "write each checkpoint before training goes on (default: it is written in the "
        "background; the loop waits only for a copy of the state)"},
+      {"checkpoint_format",
+       "sharded (every rank writes its own part; no rank gathers the model), gathered (rank 0 "
+       "writes the single-process format) or auto (sharded on several ranks)"},
       {"recompute",
        "activation recomputation: none, selective (the MLP activation, elementwise) or full "
        "(whole blocks; see --recompute-layers)"},

@@ -19,7 +19,9 @@
 #include "tessera/core/file_io.h"
 #include "tessera/core/json_depth.h"
 #include "tessera/core/version.h"
+#include "tessera/nn/io/detail/checkpoint_files.h"
 #include "tessera/nn/io/detail/checksum.h"
+#include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/nn/io/safetensors.h"
 
 namespace tessera::nn {
@@ -36,8 +38,9 @@ constexpr const char* kLatest = "latest";
 // for `latest` are "latest.tmp.*").
 constexpr const char* kTempPrefix = ".tmp.";
 
-// The step of a canonical checkpoint directory name, or nullopt.
-std::optional<int64_t> parse_step_name(const std::string& name) {
+}  // namespace
+
+std::optional<int64_t> parse_checkpoint_name(const std::string& name) {
   if (!name.starts_with("step_") || name.size() < 13 || name.size() > 24) return std::nullopt;
   int64_t step = 0;
   for (size_t i = 5; i < name.size(); ++i) {
@@ -48,6 +51,12 @@ std::optional<int64_t> parse_step_name(const std::string& name) {
   }
   if (checkpoint_name(step) != name) return std::nullopt;
   return step;
+}
+
+namespace {
+
+std::optional<int64_t> parse_step_name(const std::string& name) {
+  return parse_checkpoint_name(name);
 }
 
 std::string temp_name(const std::string& what) {
@@ -102,7 +111,8 @@ void replace_directory(const fs::path& tmp, const fs::path& target) {
   fsync_dir(target.parent_path());
 }
 
-// JSON has no NaN or infinity (they would be written as null): refuse rather than lose them.
+}  // namespace
+
 void check_finite(const nlohmann::json& j, const std::string& where) {
   if (j.is_number_float())
     TESSERA_CHECK(std::isfinite(j.get<double>()), "save_checkpoint: ", where, " is ",
@@ -112,6 +122,8 @@ void check_finite(const nlohmann::json& j, const std::string& where) {
   if (j.is_array())
     for (size_t i = 0; i < j.size(); ++i) check_finite(j[i], where + "[" + std::to_string(i) + "]");
 }
+
+namespace {
 
 nlohmann::json tensor_manifest(const StateDict& tensors) {
   nlohmann::json list = nlohmann::json::array();
@@ -203,10 +215,6 @@ std::vector<int64_t> list_checkpoints(const std::string& run_dir) {
   return steps;
 }
 
-// Tests only: TESSERA_FAULT_SAVE_PAUSE=S sleeps S seconds in the middle of every save, with the
-// model file written and the rest not, so that a test can make a save slower than the
-// collective timeout, or kill a rank while its save is half-written.
-namespace {
 void pause_for_fault_test() {
   static const double seconds = [] {
     const char* env = std::getenv("TESSERA_FAULT_SAVE_PAUSE");
@@ -214,7 +222,35 @@ void pause_for_fault_test() {
   }();
   if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
-}  // namespace
+
+void publish_latest(const std::string& run_dir, int64_t step, int64_t keep) {
+  const fs::path dir = checkpoints_dir(run_dir);
+  const std::string name = checkpoint_name(step);
+  const fs::path target = dir / name;
+  std::error_code ec;
+  write_file_atomic((dir / kLatest).string(), name + "\n");
+
+  // Only now that `latest` names the new checkpoint: drop leftovers and old checkpoints.
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string n = entry.path().filename().string();
+    if (n.starts_with(kTempPrefix) || n.starts_with(std::string(kLatest) + ".tmp."))
+      fs::remove_all(entry.path(), ec);
+  }
+  if (keep > 0) {
+    std::vector<int64_t> older;
+    for (int64_t s : list_checkpoints(run_dir))
+      if (s < step) older.push_back(s);
+    const size_t survivors = size_t(keep - 1);
+    for (size_t i = 0; i + survivors < older.size(); ++i) {
+      // Renamed away first, so a crash mid-delete leaves a temporary, not a half checkpoint.
+      const fs::path doomed = dir / temp_name("deleted." + checkpoint_name(older[i]));
+      rename_path(dir / checkpoint_name(older[i]), doomed);
+      fs::remove_all(doomed, ec);
+      TESSERA_CHECK(!ec, "save_checkpoint: saved ", target.string(), " but could not delete ",
+                    doomed.string(), ": ", ec.message());
+    }
+  }
+}
 
 std::string save_checkpoint(const std::string& run_dir, const CheckpointData& data, int64_t keep) {
   const std::string name = checkpoint_name(data.step);
@@ -257,34 +293,14 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointData& da
     publish_directory(tmp.string(), target.string());
     guard.dismiss();
   }
-  write_file_atomic((dir / kLatest).string(), name + "\n");
-
-  // Only now that `latest` names the new checkpoint: drop leftovers and old checkpoints.
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string n = entry.path().filename().string();
-    if (n.starts_with(kTempPrefix) || n.starts_with(std::string(kLatest) + ".tmp."))
-      fs::remove_all(entry.path(), ec);
-  }
-  if (keep > 0) {
-    std::vector<int64_t> older;
-    for (int64_t s : list_checkpoints(run_dir))
-      if (s < data.step) older.push_back(s);
-    const size_t survivors = size_t(keep - 1);
-    for (size_t i = 0; i + survivors < older.size(); ++i) {
-      // Renamed away first, so a crash mid-delete leaves a temporary, not a half checkpoint.
-      const fs::path doomed = dir / temp_name("deleted." + checkpoint_name(older[i]));
-      rename_path(dir / checkpoint_name(older[i]), doomed);
-      fs::remove_all(doomed, ec);
-      TESSERA_CHECK(!ec, "save_checkpoint: saved ", target.string(), " but could not delete ",
-                    doomed.string(), ": ", ec.message());
-    }
-  }
+  publish_latest(run_dir, data.step, keep);
   return target.string();
 }
 
 CheckpointData load_checkpoint(const std::string& dir_string) {
   const fs::path dir(dir_string);
   TESSERA_CHECK(fs::is_directory(dir), "checkpoint ", dir_string, ": not a directory");
+  if (is_sharded_checkpoint(dir_string)) return load_sharded_checkpoint(dir_string);
   const fs::path state_path = dir / kStateFile;
   const std::string sp = state_path.string();
   TESSERA_CHECK(fs::is_regular_file(state_path), "checkpoint ", dir_string, ": missing ",

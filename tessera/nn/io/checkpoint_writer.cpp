@@ -60,6 +60,25 @@ std::string CheckpointWriter::save(const std::string& run_dir, const CheckpointD
   return (std::filesystem::path(checkpoints_dir(run_dir)) / checkpoint_name(data.step)).string();
 }
 
+std::string CheckpointWriter::save_shard(ShardJob job) {
+  wait();
+  int64_t bytes = 0;
+  for (ShardPiece& p : job.pieces) {
+    p.data = p.data.device().is_cpu() ? ops::clone(p.data) : ops::to(p.data, Device::cpu());
+    bytes += int64_t(p.data.nbytes());
+  }
+  const std::string dir = (std::filesystem::path(checkpoints_dir(job.run_dir)) /
+                           checkpoint_name(job.step)).string();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shard_job_ = std::move(job);
+    job_bytes_ = bytes;
+    busy_ = true;
+  }
+  cv_.notify_all();
+  return dir;
+}
+
 void CheckpointWriter::wait() {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [this] { return !busy_; });
@@ -81,17 +100,24 @@ void CheckpointWriter::run() {
     cv_.wait(lock, [this] { return busy_ || stop_; });
     if (!busy_) return;  // stop_ with nothing in flight
     const std::string run_dir = run_dir_;
-    const int64_t keep = keep_, step = job_.step;
+    std::optional<ShardJob> shard = std::move(shard_job_);
+    shard_job_.reset();
+    const int64_t keep = keep_, step = shard ? shard->step : job_.step;
     CheckpointData job = std::move(job_);
     lock.unlock();
     std::exception_ptr failure;
     try {
-      save_checkpoint(run_dir, job, keep);
+      if (shard)
+        write_shard(*shard);
+      else
+        save_checkpoint(run_dir, job, keep);
     } catch (const std::exception& e) {
       failure = std::make_exception_ptr(
           Error(str_cat("the background save of step ", step, " failed: ", e.what())));
     }
-    job = CheckpointData();  // the snapshot's memory goes back before the next save may start
+    // The snapshot's memory goes back before the next save may start.
+    job = CheckpointData();
+    shard.reset();
     lock.lock();
     failure_ = failure;
     busy_ = false;

@@ -17,10 +17,12 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "tessera/nn/io/checkpoint.h"
+#include "tessera/nn/io/sharded_checkpoint.h"
 
 namespace tessera::nn {
 
@@ -38,6 +40,10 @@ class CheckpointWriter {
   // directory the checkpoint will have. The caller may change or free data's tensors as soon
   // as it returns.
   std::string save(const std::string& run_dir, const CheckpointData& data, int64_t keep);
+  // The same for one rank's shard of a sharded set: waits for the previous write, copies the
+  // pieces into host memory the writer owns, and runs write_shard(job) in the background
+  // (rank 0's includes waiting for the other ranks' shards and publishing the manifest).
+  std::string save_shard(ShardJob job);
   // Blocks until the write in flight (if any) is on disk; rethrows its failure once.
   void wait();
   // The bytes of the snapshot in flight (0 when idle): the extra memory a save holds.
@@ -51,6 +57,7 @@ class CheckpointWriter {
   bool busy_ = false, stop_ = false;
   std::string run_dir_;
   CheckpointData job_;
+  std::optional<ShardJob> shard_job_;
   int64_t keep_ = 0, job_bytes_ = 0;
   std::exception_ptr failure_;
   std::thread thread_;

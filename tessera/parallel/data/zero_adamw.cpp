@@ -166,6 +166,13 @@ std::unique_ptr<nn::AdamW> ZeroAdamW::stand_in_format() const {
   return std::make_unique<nn::AdamW>(params, options_);
 }
 
+nlohmann::json ZeroAdamW::scalars() const {
+  nlohmann::json s = stand_in_format()->state_dict().scalars;
+  s["step"] = step_;
+  s["lr"] = options_.lr;
+  return s;
+}
+
 nn::OptimizerState ZeroAdamW::gather_state(Communicator& dp) const {
   NoGradGuard no_grad;
   // On one rank the moments are whole here: the state is views of them, named, ordered and

@@ -69,6 +69,9 @@ class ZeroAdamW {
   // duration); on one rank the tensors are views of the live moments instead (no copy: use
   // them before the next step). Collective over dp.
   nn::OptimizerState gather_state(Communicator& dp) const;
+  // gather_state's scalars (step, lr, hyperparameters, groups over this rank's parameters)
+  // without its tensors. Local.
+  nlohmann::json scalars() const;
   // Restores such a state (validated by nn::AdamW::load_state_dict) into this rank's region.
   void load_state(const nn::OptimizerState& state);
 

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "tessera/nn/gpt.h"
+#include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/parallel/data/data_parallel.h"
 #include "tessera/parallel/engine/gpt_stage.h"
 #include "tessera/parallel/engine/parallel_config.h"
@@ -111,6 +112,17 @@ class ParallelTrainer {
   // rank, and its load into any layout (full_optimizer_state.h). Collective over world.
   nn::OptimizerState gather_full_optimizer_state();
   void load_full_optimizer_state(const nn::OptimizerState& full);
+
+  // This rank's share of a sharded checkpoint (nn/io/sharded_checkpoint.h), as views of the
+  // live state: of every bucket, its dp shard of the fp32 master and of both AdamW moments,
+  // cut into pieces of the single-process tensors (a tensor-parallel replicated parameter's
+  // pieces split again over tp, a tied copy left out), so that every element of the model and
+  // the optimizer is written by exactly one rank. No collective; the views change at the next
+  // update.
+  std::vector<nn::ShardPiece> checkpoint_pieces() const;
+  // The optimizer's scalars for such a checkpoint (as gather_full_optimizer_state's, but the
+  // groups list this rank's parameters: a load replaces them). Local.
+  nlohmann::json optimizer_scalars() const { return dp_->optimizer().scalars(); }
 
   // The mean loss over a batch, ids and targets integer [B, T] with B divisible by dp and T
   // the config's seq_len, the same on every rank: a forward-only pipeline pass

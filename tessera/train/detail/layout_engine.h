@@ -24,6 +24,9 @@ class LayoutEngine final : public StepEngine {
   void load_model(const nn::StateDict& full) override;
   nn::OptimizerState gather_optimizer() override;
   void load_optimizer(const nn::OptimizerState& full) override;
+  OwnedState owned_state() override {
+    return {trainer_.checkpoint_pieces(), trainer_.optimizer_scalars()};
+  }
   nlohmann::json precision_state() const override;
   void load_precision_state(const nlohmann::json& state) override;
   const nn::DynamicLossScaler* scaler() const override;

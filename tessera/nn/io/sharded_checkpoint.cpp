@@ -1,0 +1,511 @@
+// Sharded checkpoints: the geometry arithmetic, a rank's shard, rank 0's manifest, and the
+// reassembly. Every field of a manifest is untrusted at load (a set may be truncated, mixed
+// with another run's files, or hostile), and is checked before it is used.
+
+#include "tessera/nn/io/sharded_checkpoint.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "tessera/core/error.h"
+#include "tessera/core/empty.h"
+#include "tessera/core/file_io.h"
+#include "tessera/core/json_depth.h"
+#include "tessera/core/ops/movement.h"
+#include "tessera/core/version.h"
+#include "tessera/nn/io/detail/checkpoint_files.h"
+#include "tessera/nn/io/detail/checksum.h"
+#include "tessera/nn/io/safetensors.h"
+
+namespace tessera::nn {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kManifestFormat = "tessera-sharded-checkpoint";
+constexpr const char* kShardFormat = "tessera-shard";
+constexpr int64_t kVersion = 1;
+
+std::string shard_stem(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "shard_%05d", rank);
+  return buf;
+}
+
+fs::path set_dir(const std::string& run_dir, int64_t step) {
+  return fs::path(checkpoints_dir(run_dir)) / checkpoint_name(step);
+}
+
+// The safetensors key of a piece: unique within a shard (a name's pieces start apart), and
+// the model's and the optimizer's names cannot collide.
+std::string piece_key(const ShardPiece& p) {
+  return str_cat(p.optimizer ? "optimizer/" : "model/", p.name, ":", p.begin);
+}
+
+json dims_json(std::span<const int64_t> dims) {
+  json a = json::array();
+  for (int64_t d : dims) a.push_back(d);
+  return a;
+}
+
+json piece_json(const ShardPiece& p) {
+  return {{"key", piece_key(p)},
+          {"name", p.name},
+          {"optimizer", p.optimizer},
+          {"dtype", dtype_name(p.data.dtype())},
+          {"full_shape", dims_json(p.full_shape.span())},
+          {"local_shape", dims_json(p.geometry.local_shape.span())},
+          {"split_dim", p.geometry.split_dim},
+          {"segments", dims_json(p.geometry.segments)},
+          {"tp", {p.geometry.tp_rank, p.geometry.tp_size}},
+          {"begin", p.begin},
+          {"length", p.data.numel()}};
+}
+
+json parse_json_file(const fs::path& path) {
+  const std::string text = read_text_file(path.string());
+  check_json_depth(text, path.string());
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    detail::throw_error(path.string(), ": not valid JSON (byte ", e.byte, "): ", e.what());
+  } catch (const json::exception& e) {
+    detail::throw_error(path.string(), ": not valid JSON: ", e.what());
+  }
+}
+
+void write_json_file(const fs::path& path, const json& j, const char* what) {
+  std::string text;
+  try {
+    text = j.dump() + "\n";
+  } catch (const json::type_error& e) {
+    detail::throw_error(what, ": the state holds a string that is not UTF-8: ", e.what());
+  }
+  write_file_atomic(path.string(), text);
+}
+
+// A field of an untrusted object, with its expected type checked.
+const json& field(const json& obj, const char* key, bool (json::*is)() const, const char* type,
+                  const std::string& where) {
+  TESSERA_CHECK(obj.is_object() && obj.contains(key) && (obj[key].*is)(), where, ": '", key,
+                "' must be ", type);
+  return obj[key];
+}
+
+int64_t int_field(const json& obj, const char* key, const std::string& where) {
+  const json& v = field(obj, key, &json::is_number_integer, "an integer", where);
+  return v.get<int64_t>();
+}
+
+std::vector<int64_t> dims_field(const json& obj, const char* key, const std::string& where) {
+  const json& a = field(obj, key, &json::is_array, "an array of integers", where);
+  TESSERA_CHECK(a.size() <= 8, where, ": '", key, "' has ", a.size(), " entries (at most 8)");
+  std::vector<int64_t> out;
+  for (const json& d : a) {
+    TESSERA_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0 &&
+                      d.get<int64_t>() <= (int64_t(1) << 40),
+                  where, ": '", key, "' must hold integers in [0, 2^40], got ", d.dump());
+    out.push_back(d.get<int64_t>());
+  }
+  return out;
+}
+
+// A shape whose element count fits 2^40, so no product below overflows.
+Shape to_shape(const std::vector<int64_t>& dims, const std::string& where) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    TESSERA_CHECK(!__builtin_mul_overflow(n, d, &n) && n <= (int64_t(1) << 40), where,
+                  ": shape ", dims_json(dims).dump(), " has more than 2^40 elements");
+  return Shape(std::span<const int64_t>(dims));
+}
+
+// One parsed piece record of a shard index.
+ShardPiece parse_piece(const json& j, const std::string& where, DType* dtype, std::string* key,
+                       int64_t* length) {
+  ShardPiece p;
+  p.name = field(j, "name", &json::is_string, "a string", where).get<std::string>();
+  const std::string at = str_cat(where, " (piece '", p.name, "')");
+  *key = field(j, "key", &json::is_string, "a string", at).get<std::string>();
+  p.optimizer = field(j, "optimizer", &json::is_boolean, "a boolean", at).get<bool>();
+  try {
+    *dtype = dtype_from_name(field(j, "dtype", &json::is_string, "a string", at).get<std::string>());
+  } catch (const Error& e) {
+    detail::throw_error(at, ": ", e.what());
+  }
+  p.full_shape = to_shape(dims_field(j, "full_shape", at), at);
+  p.geometry.local_shape = to_shape(dims_field(j, "local_shape", at), at);
+  p.geometry.split_dim = int(int_field(j, "split_dim", at));
+  p.geometry.segments = dims_field(j, "segments", at);
+  const std::vector<int64_t> tp = dims_field(j, "tp", at);
+  TESSERA_CHECK(tp.size() == 2 && tp[0] < tp[1] && tp[1] <= 65536, at,
+                ": 'tp' must be [rank, size] with rank < size <= 65536");
+  p.geometry.tp_rank = int(tp[0]);
+  p.geometry.tp_size = int(tp[1]);
+  p.begin = int_field(j, "begin", at);
+  *length = int_field(j, "length", at);
+  return p;
+}
+
+// A rank's index as write_shard leaves it (its pieces without data).
+json shard_index(const ShardJob& job, const fs::path& file) {
+  json pieces = json::array();
+  for (const ShardPiece& p : job.pieces) pieces.push_back(piece_json(p));
+  return {{"format", kShardFormat}, {"version", kVersion},
+          {"step", job.step},       {"rank", job.rank},
+          {"ranks", job.ranks},     {"nonce", job.nonce},
+          {"file", file.filename().string()},
+          {"bytes", fs::file_size(file)},
+          {"checksum", checksum_hex(file_checksum(file.string()))},
+          {"pieces", pieces}};
+}
+
+// Rank 0: every rank's index of this save (its nonce), waiting up to timeout seconds.
+std::vector<json> collect_indices(const ShardJob& job, const fs::path& dir) {
+  std::vector<json> indices(size_t(job.ranks));
+  std::vector<bool> have(size_t(job.ranks), false);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(std::max(job.publish_timeout, 0.0));
+  for (;;) {
+    int missing = 0, first_missing = -1;
+    for (int r = 0; r < job.ranks; ++r) {
+      if (have[size_t(r)]) continue;
+      const fs::path path = dir / (shard_stem(r) + ".json");
+      std::error_code ec;
+      if (fs::exists(path, ec)) {
+        json j = parse_json_file(path);
+        if (j.is_object() && j.value("nonce", json()) == job.nonce) {
+          indices[size_t(r)] = std::move(j);
+          have[size_t(r)] = true;
+          continue;
+        }
+      }
+      if (first_missing < 0) first_missing = r;
+      ++missing;
+    }
+    if (missing == 0) return indices;
+    TESSERA_CHECK(std::chrono::steady_clock::now() < deadline, "sharded save of step ", job.step,
+                  ": ", missing, " of ", job.ranks, " ranks' shards (first: rank ", first_missing,
+                  ", ", (dir / (shard_stem(first_missing) + ".json")).string(),
+                  ") did not appear within ", job.publish_timeout, " s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace
+
+std::vector<PieceRun> piece_runs(const ShardGeometry& g, const Shape& full, int64_t begin,
+                                 int64_t length, const std::string& what) {
+  const Shape& local = g.local_shape;
+  const int64_t local_numel = local.numel();
+  TESSERA_CHECK(begin >= 0 && length >= 0 && begin <= local_numel - length, what, ": piece [",
+                begin, ", ", begin + length, ") lies outside its local tensor ",
+                local.to_string(), " (", local_numel, " elements)");
+  std::vector<PieceRun> runs;
+  if (length == 0) return runs;
+  if (g.split_dim < 0) {
+    TESSERA_CHECK(g.split_dim == -1 && local == full, what, ": an unsplit local tensor ",
+                  local.to_string(), " must have the full shape ", full.to_string());
+    runs.push_back({begin, 0, length});
+    return runs;
+  }
+  const int d = g.split_dim, t = g.tp_size;
+  TESSERA_CHECK(d < local.size() && local.size() == full.size(), what, ": split dim ", d,
+                " does not fit local ", local.to_string(), " and full ", full.to_string());
+  for (int i = 0; i < local.size(); ++i)
+    TESSERA_CHECK(i == d || local[i] == full[i], what, ": local ", local.to_string(), " and full ",
+                  full.to_string(), " differ outside the split dim ", d);
+  TESSERA_CHECK(t >= 1 && g.tp_rank >= 0 && g.tp_rank < t, what, ": tp rank ", g.tp_rank,
+                " of ", t);
+  std::vector<int64_t> segments = g.segments;
+  if (segments.empty()) segments = {local[d] * t};
+  int64_t local_length = 0, padded = 0;
+  for (int64_t s : segments) {
+    TESSERA_CHECK(s > 0 && s % t == 0, what, ": segment ", s, " does not split over ", t,
+                  " tp ranks");
+    local_length += s / t;
+    padded += s;
+  }
+  TESSERA_CHECK(local_length == local[d] && padded >= full[d], what, ": segments ",
+                dims_json(segments).dump(), " over ", t, " ranks give ", local_length,
+                " of local dim ", local[d], " and ", padded, " >= full ", full[d]);
+  int64_t inner = 1, outer_count = 1;
+  for (int i = d + 1; i < local.size(); ++i) inner *= local[i];
+  for (int i = 0; i < d; ++i) outer_count *= local[i];
+  const int64_t block = local[d] * inner;  // local elements per outer index
+  const int64_t end = begin + length;
+  for (int64_t o = begin / block; o < outer_count && o * block < end; ++o) {
+    int64_t local_row = 0, full_row = 0;
+    for (int64_t s : segments) {
+      const int64_t part = s / t;
+      const int64_t first = full_row + g.tp_rank * part;  // this rank's first row in the full dim
+      const int64_t valid = std::clamp<int64_t>(full[d] - first, 0, part);  // minus padding
+      const int64_t lo = std::max(begin, (o * local[d] + local_row) * inner);
+      const int64_t hi = std::min(end, (o * local[d] + local_row + valid) * inner);
+      if (lo < hi) {
+        const int64_t full_at = (o * full[d] + first) * inner + (lo - (o * local[d] + local_row) * inner);
+        PieceRun run{full_at, lo - begin, hi - lo};
+        if (!runs.empty() && runs.back().full_offset + runs.back().length == run.full_offset &&
+            runs.back().piece_offset + runs.back().length == run.piece_offset)
+          runs.back().length += run.length;
+        else
+          runs.push_back(run);
+      }
+      local_row += part;
+      full_row += s;
+    }
+  }
+  return runs;
+}
+
+std::vector<ShardPiece> replicated_pieces(const StateDict& tensors, bool optimizer, int rank,
+                                          int ranks) {
+  TESSERA_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "replicated_pieces: rank ", rank,
+                " of ", ranks);
+  std::vector<ShardPiece> out;
+  for (const auto& [name, t] : tensors) {
+    const int64_t n = t.numel();
+    const int64_t lo = n * rank / ranks, hi = n * (rank + 1) / ranks;
+    // An empty tensor is listed once (by rank 0), so that it is not lost.
+    if (hi == lo && !(n == 0 && rank == 0)) continue;
+    ShardPiece p;
+    p.name = name;
+    p.optimizer = optimizer;
+    p.full_shape = t.shape();
+    p.geometry.local_shape = t.shape();
+    p.begin = lo;
+    p.data = ops::narrow(ops::reshape(t, Shape{n}), 0, lo, hi - lo);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::string checkpoint_nonce(uint64_t value) { return checksum_hex(value); }
+
+void begin_sharded_save(const std::string& run_dir, int64_t step) {
+  const fs::path dir = set_dir(run_dir, step);
+  std::error_code ec;
+  if (!fs::exists(dir / kShardedManifestFile, ec)) return;
+  fs::remove(dir / kShardedManifestFile, ec);
+  TESSERA_CHECK(!ec, "sharded save of step ", step, ": cannot remove the old ",
+                (dir / kShardedManifestFile).string(), ": ", ec.message());
+  fsync_directory_tree(dir.string());
+}
+
+std::string write_shard(const ShardJob& job) {
+  TESSERA_CHECK(job.ranks >= 1 && job.rank >= 0 && job.rank < job.ranks, "write_shard: rank ",
+                job.rank, " of ", job.ranks);
+  TESSERA_CHECK(!job.nonce.empty(), "write_shard: the save needs a nonce");
+  const fs::path dir = set_dir(job.run_dir, job.step);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  TESSERA_CHECK(!ec, "sharded save of step ", job.step, ": cannot create ", dir.string(), ": ",
+                ec.message());
+  StateDict tensors;
+  tensors.reserve(job.pieces.size());
+  for (const ShardPiece& p : job.pieces) {
+    TESSERA_CHECK(p.data.defined() && p.data.dim() == 1, "write_shard: piece '", p.name,
+                  "' must be a 1-D tensor");
+    tensors.emplace_back(piece_key(p), p.data);
+  }
+  const fs::path file = dir / (shard_stem(job.rank) + ".safetensors");
+  write_safetensors(file.string(), tensors);
+  pause_for_fault_test();
+  write_json_file(dir / (shard_stem(job.rank) + ".json"), shard_index(job, file), "write_shard");
+  if (job.rank != 0) return dir.string();
+
+  TESSERA_CHECK(job.state.is_object() || job.state.is_null(),
+                "write_shard: state must be a JSON object, got ", job.state.type_name());
+  check_finite(job.state, "state");
+  json manifest = {{"format", kManifestFormat},
+                   {"version", kVersion},
+                   {"step", job.step},
+                   {"ranks", job.ranks},
+                   {"nonce", job.nonce},
+                   {"shards", collect_indices(job, dir)},
+                   {"state", job.state.is_null() ? json::object() : job.state}};
+  write_json_file(dir / kShardedManifestFile, manifest, "write_shard");
+  publish_latest(job.run_dir, job.step, job.keep);
+  return dir.string();
+}
+
+bool is_sharded_checkpoint(const std::string& dir_string) {
+  const fs::path dir(dir_string);
+  std::error_code ec;
+  if (fs::exists(dir / kShardedManifestFile, ec)) return true;
+  if (!fs::is_directory(dir, ec)) return false;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().filename().string().starts_with("shard_")) return true;
+  return false;
+}
+
+CheckpointData load_sharded_checkpoint(const std::string& dir_string) {
+  const fs::path dir(dir_string);
+  const fs::path mp = dir / kShardedManifestFile;
+  const std::string where = mp.string();
+  TESSERA_CHECK(fs::is_regular_file(mp), "sharded checkpoint ", dir_string, ": no ",
+                kShardedManifestFile, " (its save did not finish)");
+  json m = parse_json_file(mp);
+  TESSERA_CHECK(m.is_object(), where, ": expected a JSON object, got ", m.type_name());
+  TESSERA_CHECK(m.value("format", json()) == kManifestFormat, where, ": 'format' is ",
+                m.value("format", json()).dump(), ", expected \"", kManifestFormat, "\"");
+  const json version = m.value("version", json());
+  check_format_version(
+      where + " 'version'", kManifestFormat,
+      version.is_number_integer() ? std::optional(version.get<int64_t>()) : std::nullopt,
+      version.dump(), kVersion);
+  CheckpointData data;
+  data.step = int_field(m, "step", where);
+  TESSERA_CHECK(data.step >= 0, where, ": 'step' must be non-negative, got ", data.step);
+  if (auto named = parse_checkpoint_name(dir.filename().string()))
+    TESSERA_CHECK(*named == data.step, where, ": 'step' is ", data.step, " but the directory is ",
+                  dir.filename().string());
+  const int64_t ranks = int_field(m, "ranks", where);
+  const json& shards = field(m, "shards", &json::is_array, "an array", where);
+  TESSERA_CHECK(ranks >= 1 && int64_t(shards.size()) == ranks, where, ": 'ranks' is ", ranks,
+                " but 'shards' lists ", shards.size());
+  const json nonce = m.value("nonce", json());
+  data.state = field(m, "state", &json::is_object, "an object", where);
+
+  // What the pieces claim per tensor, bounded by the shards' real sizes, so that no tensor is
+  // allocated that its pieces could not fill (a hostile full_shape).
+  std::map<std::pair<bool, std::string>, int64_t> claimed;
+  for (int64_t r = 0; r < ranks; ++r) {
+    const json& s = shards[size_t(r)];
+    const std::string sw = str_cat(where, " shard ", r);
+    const fs::path path = dir / (shard_stem(int(r)) + ".safetensors");
+    TESSERA_CHECK(fs::is_regular_file(path), path.string(), ": missing (listed in ", where, ")");
+    const uint64_t size = fs::file_size(path);
+    uint64_t bytes = 0;
+    for (const json& pj : field(s, "pieces", &json::is_array, "an array", sw)) {
+      const int64_t length = int_field(pj, "length", sw);
+      TESSERA_CHECK(length >= 0 && uint64_t(length) <= size, sw, ": a piece's 'length' ", length,
+                    " exceeds its file's ", size, " bytes");
+      bytes += uint64_t(length);
+      TESSERA_CHECK(bytes <= size, sw, ": its pieces hold more elements than its file has bytes");
+      claimed[{field(pj, "optimizer", &json::is_boolean, "a boolean", sw).get<bool>(),
+               field(pj, "name", &json::is_string, "a string", sw).get<std::string>()}] += length;
+    }
+  }
+
+  struct Assembled {
+    Tensor full;
+    std::vector<bool> covered;
+    int64_t count = 0;
+  };
+  std::map<std::pair<bool, std::string>, Assembled> tensors;
+  std::vector<std::pair<bool, std::string>> order;
+  for (int64_t r = 0; r < ranks; ++r) {
+    const json& s = shards[size_t(r)];
+    const std::string sw = str_cat(where, " shard ", r);
+    TESSERA_CHECK(s.is_object() && int_field(s, "rank", sw) == r &&
+                      s.value("nonce", json()) == nonce && s.value("step", json()) == data.step,
+                  sw, ": its rank, step or nonce disagrees with the manifest");
+    const std::string file = field(s, "file", &json::is_string, "a string", sw).get<std::string>();
+    TESSERA_CHECK(file == shard_stem(int(r)) + ".safetensors", sw, ": 'file' is '", file,
+                  "', expected ", shard_stem(int(r)), ".safetensors");
+    const fs::path path = dir / file;
+    const std::string fw = path.string();
+    TESSERA_CHECK(fs::is_regular_file(path), fw, ": missing (listed in ", where, ")");
+    const json& bytes = field(s, "bytes", &json::is_number_unsigned, "an integer", sw);
+    TESSERA_CHECK(fs::file_size(path) == bytes.get<uint64_t>(), fw, ": ", fs::file_size(path),
+                  " bytes, but ", where, " records ", bytes.get<uint64_t>(),
+                  " (truncated or replaced)");
+    const std::string sum = checksum_hex(file_checksum(fw));
+    const std::string want = field(s, "checksum", &json::is_string, "a string", sw).get<std::string>();
+    TESSERA_CHECK(sum == want, fw, ": checksum ", sum, " does not match ", want, " recorded in ",
+                  where, " (the file is corrupt or from another checkpoint)");
+    const SafetensorsFile st = read_safetensors(fw);
+    std::map<std::string, const Tensor*> by_key;
+    for (const auto& [key, t] : st.tensors) by_key[key] = &t;
+    const json& pieces = field(s, "pieces", &json::is_array, "an array", sw);
+    TESSERA_CHECK(pieces.size() == st.tensors.size(), fw, ": holds ", st.tensors.size(),
+                  " tensors but ", where, " lists ", pieces.size(), " pieces");
+    for (const json& pj : pieces) {
+      DType dtype = DType::f32;
+      std::string key;
+      int64_t length = 0;
+      const ShardPiece p = parse_piece(pj, sw, &dtype, &key, &length);
+      const std::string pw = str_cat(fw, ": piece '", key, "' of '", p.name, "'");
+      auto it = by_key.find(key);
+      TESSERA_CHECK(it != by_key.end(), pw, " is missing from the file");
+      const Tensor& src = *it->second;
+      TESSERA_CHECK(src.dtype() == dtype && src.shape() == Shape{length}, pw, " is ",
+                    src.describe(), ", but ", where, " records ", dtype_name(dtype), "[", length,
+                    "]");
+      const auto id = std::make_pair(p.optimizer, p.name);
+      TESSERA_CHECK(p.full_shape.numel() <= claimed[id], pw, ": full shape ",
+                    p.full_shape.to_string(), " has more elements than all its pieces (",
+                    claimed[id], ")");
+      auto [at, fresh] = tensors.try_emplace(id);
+      Assembled& a = at->second;
+      if (fresh) {
+        a.full = empty(p.full_shape, dtype);
+        a.covered.assign(size_t(p.full_shape.numel()), false);
+        order.push_back(id);
+      }
+      TESSERA_CHECK(a.full.shape() == p.full_shape && a.full.dtype() == dtype, pw, " is part of ",
+                    dtype_name(dtype), p.full_shape.to_string(), ", but an earlier piece says ",
+                    a.full.describe());
+      const size_t es = dtype_size(dtype);
+      char* out = static_cast<char*>(a.full.data_ptr());
+      const char* in = static_cast<const char*>(src.data_ptr());
+      for (const PieceRun& run : piece_runs(p.geometry, p.full_shape, p.begin, length, pw)) {
+        for (int64_t i = run.full_offset; i < run.full_offset + run.length; ++i) {
+          TESSERA_CHECK(!a.covered[size_t(i)], pw, ": element ", i, " of '", p.name,
+                        "' is covered twice");
+          a.covered[size_t(i)] = true;
+        }
+        std::memcpy(out + size_t(run.full_offset) * es, in + size_t(run.piece_offset) * es,
+                    size_t(run.length) * es);
+        a.count += run.length;
+      }
+    }
+  }
+  for (const auto& id : order) {
+    Assembled& a = tensors.at(id);
+    TESSERA_CHECK(a.count == a.full.numel(), where, ": ", id.first ? "optimizer" : "model",
+                  " tensor '", id.second, "' ", a.full.describe(), " has ", a.count, " of ",
+                  a.full.numel(), " elements in the shards (a shard is missing or from another "
+                  "layout)");
+    (id.first ? data.optimizer : data.model).emplace_back(id.second, std::move(a.full));
+  }
+  return data;
+}
+
+std::string save_sharded_checkpoint(const std::string& run_dir, const CheckpointData& data,
+                                    int ranks, int64_t keep) {
+  TESSERA_CHECK(ranks >= 1 && ranks <= 65536, "save_sharded_checkpoint: ranks must be in [1, ",
+                "65536], got ", ranks);
+  begin_sharded_save(run_dir, data.step);
+  std::random_device rd;
+  const std::string nonce = checkpoint_nonce((uint64_t(rd()) << 32) ^ rd());
+  // Rank 0 last: it publishes once every other shard is there.
+  for (int r = ranks - 1; r >= 0; --r) {
+    ShardJob job;
+    job.run_dir = run_dir;
+    job.step = data.step;
+    job.rank = r;
+    job.ranks = ranks;
+    job.nonce = nonce;
+    job.pieces = replicated_pieces(data.model, false, r, ranks);
+    for (ShardPiece& p : replicated_pieces(data.optimizer, true, r, ranks))
+      job.pieces.push_back(std::move(p));
+    if (r == 0) {
+      job.state = data.state;
+      job.keep = keep;
+      job.publish_timeout = 0;
+    }
+    write_shard(job);
+  }
+  return set_dir(run_dir, data.step).string();
+}
+
+}  // namespace tessera::nn
