@@ -9,6 +9,7 @@
 #include "tessera/nn/gpt_config.h"
 #include "tessera/nn/init.h"
 #include "tessera/nn/io/checkpoint.h"
+#include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/nn/io/hf_gpt2.h"
 #include "tessera/nn/io/llmc.h"
 #include "tessera/nn/io/safetensors.h"

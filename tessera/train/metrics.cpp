@@ -38,6 +38,7 @@ nlohmann::json StepMetrics::to_json() const {
                       {"peak_bytes", peak_bytes},
                       {"rss_bytes", rss_bytes}};
   if (val_loss) j["val_loss"] = *val_loss;
+  if (snapshot_wait_ms) j["snapshot_wait_ms"] = *snapshot_wait_ms;
   j["precision"] = precision;
   if (loss_scale) {
     j["loss_scale"] = *loss_scale;

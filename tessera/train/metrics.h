@@ -59,6 +59,9 @@ struct StepMetrics {
   bool skipped = false;                     // fp16: this step overflowed and changed no weight
   int64_t skipped_steps = 0;                // fp16: overflowed steps so far
   std::optional<ParallelMetrics> parallel;  // under a parallel layout
+  // A checkpoint streamed from the live state: how long this step's update waited for its
+  // bytes to be written (this rank's; 0 when the write finished during forward and backward).
+  std::optional<double> snapshot_wait_ms;
 
   nlohmann::json to_json() const;
   std::string console_line(int64_t max_steps) const;

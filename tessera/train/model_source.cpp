@@ -4,6 +4,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/nn/io/checkpoint.h"
+#include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/nn/io/hf_gpt2.h"
 #include "tessera/nn/io/llmc.h"
 #include "tessera/parallel/tp/detail/full_state.h"
@@ -17,14 +18,16 @@ ModelSourceKind detect_model_source(const std::string& spec) {
   TESSERA_CHECK(fs::exists(p), "model: ", spec, " does not exist");
   if (fs::is_directory(p)) {
     if (fs::exists(p / "checkpoints")) return ModelSourceKind::run_dir;
-    if (fs::exists(p / "state.json")) return ModelSourceKind::checkpoint;
+    if (fs::exists(p / "state.json") || nn::is_sharded_checkpoint(spec))
+      return ModelSourceKind::checkpoint;
     if (fs::exists(p / "model.safetensors")) return ModelSourceKind::hf_gpt2;
   } else {
     if (p.extension() == ".bin") return ModelSourceKind::llmc;
     if (p.extension() == ".safetensors") return ModelSourceKind::hf_gpt2;
   }
   detail::throw_error("model: ", spec, " is neither a run directory (with checkpoints/), a ",
-                      "checkpoint directory (with state.json), Hugging Face GPT-2 weights ",
+                      "checkpoint directory (with state.json or manifest.json), Hugging Face GPT-2 ",
+                      "weights ",
                       "(model.safetensors or its folder) nor an llm.c model .bin");
 }
 
@@ -74,7 +77,7 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
   }
   nn::CheckpointData data = nn::load_checkpoint(out.path);
   TESSERA_CHECK(data.state.contains("model_config"), "model: ", out.path,
-                "/state.json has no model_config (not written by tessera train?)");
+                " has no model_config in its state (not written by tessera train?)");
   out.config = nn::GPTConfig::from_json(data.state["model_config"]);
   out.step = data.step;
   if (data.state.contains("options") && data.state["options"].contains("tokenizer"))

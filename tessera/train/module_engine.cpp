@@ -92,6 +92,7 @@ EngineStep ModuleEngine::step(const Tensor& inputs, const Tensor& targets) {
     out.comm_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     out.comm_bytes = world_->traffic().total_wire_bytes() - sent_before;
   }
+  if (before_update_) before_update_();
   const nn::PrecisionStep ps = precision_->step(*parts_.optimizer, config_.max_grad_norm);
   parts_.optimizer->zero_grad();
   out.loss = world_average(loss_sum / M);

@@ -61,6 +61,7 @@ class ModuleEngine final : public StepEngine {
   nn::OptimizerState gather_optimizer() override;
   // Everything is replicated: each rank writes its flat share of every tensor.
   OwnedState owned_state() override;
+  void set_before_update(std::function<void()> hook) override { before_update_ = std::move(hook); }
   void load_optimizer(const nn::OptimizerState& full) override;
   nlohmann::json precision_state() const override { return precision_->state(); }
   void load_precision_state(const nlohmann::json& state) override;
@@ -81,6 +82,7 @@ class ModuleEngine final : public StepEngine {
   std::shared_ptr<parallel::Communicator> world_;
   ModuleParts parts_;
   ModuleEngineConfig config_;
+  std::function<void()> before_update_;
   std::unique_ptr<nn::MixedPrecision> precision_;
   int64_t step_ = 0;
 };

@@ -65,6 +65,7 @@ void for_each_field(Options& o, F&& f) {
   f("save_timeout", o.save_timeout);
   f("sync_save", o.sync_save);
   f("checkpoint_format", o.checkpoint_format);
+  f("checkpoint_snapshot", o.checkpoint_snapshot);
   f("recompute", o.recompute);
   f("recompute_layers", o.recompute_layers);
   f("sample_tokens", o.sample_tokens);
@@ -179,6 +180,16 @@ void TrainOptions::validate() const {
                     checkpoint_format == "gathered",
                 "train: --checkpoint-format must be auto, sharded or gathered, got '",
                 checkpoint_format, "'");
+  TESSERA_CHECK(checkpoint_snapshot == "auto" || checkpoint_snapshot == "copy" ||
+                    checkpoint_snapshot == "stream",
+                "train: --checkpoint-snapshot must be auto, copy or stream, got '",
+                checkpoint_snapshot, "'");
+  TESSERA_CHECK(checkpoint_snapshot != "stream" || device == "cpu",
+                "train: --checkpoint-snapshot stream reads the live state from host memory; ",
+                "--device is ", device, " (use copy or auto)");
+  TESSERA_CHECK(checkpoint_snapshot == "auto" || checkpoint_format != "gathered",
+                "train: --checkpoint-snapshot applies to sharded checkpoints; ",
+                "--checkpoint-format is gathered");
   TESSERA_CHECK(std::isfinite(bucket_mb) && bucket_mb >= 0,
                 "train: --bucket-mb must be >= 0 (0: one bucket per layer), got ", bucket_mb);
   const parallel::GradCompression compression = grad_compression_policy();  // throws if bad

@@ -99,6 +99,10 @@ struct TrainOptions {
   // "sharded" (every rank writes what it owns: nn/io/sharded_checkpoint.h), "gathered" (rank 0
   // gathers and writes the single-process format) or "auto": sharded on several ranks.
   std::string checkpoint_format = "auto";
+  // How a sharded save snapshots the state (nn::CheckpointWriter::Snapshot): "copy", "stream"
+  // (no copy: the write reads the live state and the next update waits for it; host memory
+  // only) or "auto": stream on the CPU, copy on a device.
+  std::string checkpoint_snapshot = "auto";
 
   // Activation recomputation (nn/recompute.h): "none", "selective" or "full"; under full,
   // recompute_layers blocks per pipeline stage (its first ones), -1 for all.

@@ -43,6 +43,10 @@ std::string metrics_path(const TrainOptions& o) {
   return o.run_dir + "/metrics.jsonl";
 }
 
+std::string checkpoint_log_path(const TrainOptions& o) {
+  return o.run_dir + "/checkpoints.jsonl";
+}
+
 std::optional<ResumePoint> find_resume(const TrainOptions& o) {
   if (o.resume == "never") return std::nullopt;
   ResumePoint r;

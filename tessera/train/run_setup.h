@@ -35,6 +35,9 @@ std::string precision_banner(const TrainOptions& o);
 
 // <run_dir>/metrics.jsonl
 std::string metrics_path(const TrainOptions& o);
+// <run_dir>/checkpoints.jsonl: one line per save (rank 0's stall in the loop, the format and
+// the snapshot, the bytes the snapshot holds).
+std::string checkpoint_log_path(const TrainOptions& o);
 
 struct ResumePoint {
   std::string dir;  // the checkpoint directory

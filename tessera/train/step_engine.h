@@ -14,6 +14,7 @@
 // are not ignore_index, and report the mean loss over the global batch, the same on every rank.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,8 @@ class StepEngine {
   // What this rank writes of a sharded checkpoint (nn/io/sharded_checkpoint.h): every element
   // of the single-process model and optimizer state is in exactly one rank's pieces. Local.
   virtual OwnedState owned_state() = 0;
+  // Called in every step before the update changes the weights or the optimizer state.
+  virtual void set_before_update(std::function<void()> hook) = 0;
   // Mixed precision's state (fp16's loss scaler), for checkpoints.
   virtual nlohmann::json precision_state() const = 0;
   virtual void load_precision_state(const nlohmann::json& state) = 0;

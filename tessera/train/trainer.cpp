@@ -1,5 +1,6 @@
 #include "tessera/train/trainer.h"
 
+#include <chrono>
 #include <filesystem>
 #include <algorithm>
 #include <iomanip>
@@ -182,6 +183,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<parallel::Communicator> w
     // A fresh start at step 0: drop the lines of an attempt that died before its first
     // checkpoint was on disk, which the steps about to run would log again.
     MetricsLog::truncate_after(metrics_path(o), 0);
+    MetricsLog::truncate_after(checkpoint_log_path(o), 0);
   if (world_->rank() == 0)
     write_file_atomic(o.run_dir + "/config.json", o.to_config_file().dump(2) + "\n");
 }
@@ -203,6 +205,7 @@ Trainer::Trainer(ModuleParts parts, TrainOptions options,
     resume_from(*resume);
   else if (world_->rank() == 0)
     MetricsLog::truncate_after(metrics_path(options_), 0);  // as above
+    MetricsLog::truncate_after(checkpoint_log_path(options_), 0);
   if (world_->rank() == 0)
     write_file_atomic(options_.run_dir + "/config.json", options_.to_config_file().dump(2) + "\n");
 }
@@ -220,6 +223,9 @@ void Trainer::init_common() {
     refuse("--device ", o.device, " under ", world_->size(), " ranks: the world communicator ",
            "given carries CPU tensors only; CUDA tensors travel over an NcclCommunicator");
   if (world_->size() == 1 && o.dp * o.tp * o.pp == 1) refuse_layout_flags_on_one_process(o);
+  if (o.checkpoint_snapshot != "auto" && !sharded_checkpoints())
+    refuse("--checkpoint-snapshot ", o.checkpoint_snapshot, " applies to sharded checkpoints ",
+           "(several ranks, or --checkpoint-format sharded); this run saves gathered ones");
   fs::create_directories(o.run_dir);
   tokenizer_ = data::load_tokenizer(o.tokenizer);
   const int threads = num_threads();
@@ -274,7 +280,10 @@ void Trainer::resume_from(const ResumePoint& resume) {
   if (state.contains("precision")) engine_->load_precision_state(state["precision"]);
   step_ = resume.data.step;
   engine_->set_step(step_);
-  if (world_->rank() == 0) MetricsLog::truncate_after(metrics_path(options_), step_);
+  if (world_->rank() == 0) {
+    MetricsLog::truncate_after(metrics_path(options_), step_);
+    MetricsLog::truncate_after(checkpoint_log_path(options_), step_);
+  }
   resumed_from_ = resume.dir;
   skipped_checkpoints_ = describe_skipped(resume);
 }
@@ -312,6 +321,7 @@ StepMetrics Trainer::step() {
   TESSERA_CHECK(!done(), "Trainer::step: all ", options_.max_steps, " steps are done");
   const TrainOptions& o = options_;
   const data::Batch rows = next_rows();
+  snapshot_wait_s_ = 0;
   const EngineStep s = engine_->step(rows.inputs, rows.targets);
   ++step_;
 
@@ -335,6 +345,7 @@ StepMetrics Trainer::step() {
   m.live_bytes = st.live_bytes;
   m.peak_bytes = st.peak_bytes;
   m.rss_bytes = process_rss_bytes();
+  if (update_fence_set_) m.snapshot_wait_ms = snapshot_wait_s_ * 1e3;
   if (world_->size() > 1) m.parallel = ParallelMetrics{s.bubble, gather_rank_metrics(s)};
   const bool last = done();
   if (val_ && ((o.eval_every > 0 && step_ % o.eval_every == 0) || last)) m.val_loss = evaluate();
@@ -413,6 +424,15 @@ std::string Trainer::save_sharded(bool wait) {
   world_->all_reduce(nonce, parallel::CommOp::sum);
   const std::vector<double> halves = to_vector<double>(nonce);
   OwnedState owned = engine_->owned_state();
+  const bool stream = options_.checkpoint_snapshot == "stream" ||
+                      (options_.checkpoint_snapshot == "auto" && device_.is_cpu());
+  if (stream && !update_fence_set_) {
+    // The write reads the live state: the next update waits until its bytes are in the file.
+    engine_->set_before_update([this] {
+      if (writer_) snapshot_wait_s_ += writer_->wait_for_snapshot();
+    });
+    update_fence_set_ = true;
+  }
   nn::ShardJob job;
   job.run_dir = options_.run_dir;
   job.step = step_;
@@ -425,7 +445,10 @@ std::string Trainer::save_sharded(bool wait) {
     job.keep = options_.keep_checkpoints;
     job.publish_timeout = allow;
   }
-  const std::string dir = writer_->save_shard(std::move(job));
+  const std::string dir = writer_->save_shard(
+      std::move(job), stream ? nn::CheckpointWriter::Snapshot::stream
+                             : nn::CheckpointWriter::Snapshot::copy);
+  last_snapshot_ = stream ? "stream" : "copy";
   if (wait) {
     wait_for_save();
     world_->barrier(allow);  // rank 0 has published the set
@@ -475,7 +498,11 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
   if (!resumed_from_.empty()) result.checkpoint = resumed_from_;
   if (out != nullptr && rank0) *out << banner() << std::flush;
   std::optional<MetricsLog> log;
-  if (rank0) log.emplace(metrics_path(o));
+  std::optional<MetricsLog> saves;
+  if (rank0) {
+    log.emplace(metrics_path(o));
+    saves.emplace(checkpoint_log_path(o));
+  }
   const double save_allow = std::max(o.save_timeout, o.comm_timeout);
   auto beat = [&](const char* phase, double allow = 0) {
     if (heartbeat_) heartbeat_->beat(phase, step_, result.start_step, allow);
@@ -494,8 +521,18 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
     const bool stopping = agree_on_stop(stop);
     if ((o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0) || done() || stopping) {
       beat("save", save_allow);
+      const auto t0 = std::chrono::steady_clock::now();
       result.checkpoint = save(o.sync_save);
+      const double stall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       beat("saved");
+      // What the loop spent in the save on rank 0, and what the snapshot holds beyond the state.
+      if (rank0)
+        saves->append({{"step", m.step},
+                     {"stall_ms", stall * 1e3},
+                     {"format", sharded_checkpoints() ? "sharded" : "gathered"},
+                     {"snapshot", sharded_checkpoints() ? last_snapshot_ : "copy"},
+                     {"snapshot_bytes", writer_ ? writer_->last_snapshot_bytes() : 0},
+                     {"sync", o.sync_save}});
     }
     if (stopping && !done()) {
       result.interrupted = true;

@@ -164,7 +164,10 @@ class Trainer {
   std::string skipped_checkpoints_;  // describe_skipped's lines, for the banner
   bool custom_model_ = false;
   std::shared_ptr<Heartbeat> heartbeat_;
-  std::unique_ptr<nn::CheckpointWriter> writer_;  // rank 0's background saves
+  std::unique_ptr<nn::CheckpointWriter> writer_;  // background saves
+  bool update_fence_set_ = false;  // the engine waits for a streamed snapshot before updates
+  double snapshot_wait_s_ = 0;     // this step's wait
+  std::string last_snapshot_ = "copy";
 };
 
 }  // namespace tessera::train

@@ -11,8 +11,9 @@
 #   hang     one rank stopped (SIGSTOP): the others' collective timeout ends the job (124);
 #            every rank asleep inside the loop: the heartbeat timeout catches it within the
 #            timeout + 5 s, and the SIGUSR2 dump names each rank's last step;
-#   save     kill -9 of rank 0 while its save is half-written (TESSERA_FAULT_SAVE_PAUSE): the
-#            previous checkpoint loads and the run resumes from it;
+#   save     kill -9 of rank 0 while its shard of a sharded set is half-written
+#            (TESSERA_FAULT_SAVE_PAUSE): resume skips that set in one line (no manifest), the
+#            previous one loads and the run resumes from it;
 #   preempt  SIGTERM to the supervisor: forwarded, the job saves and exits 75, launch exits 75
 #            without restarting; a second supervisor of the same run directory is refused;
 #   one      one process (no mpiexec, no --comm-timeout, which it refuses) under a heartbeat
@@ -26,6 +27,7 @@ shift 4
 cases=${*:-kill storm hang save preempt probe one}
 export OMP_NUM_THREADS=1
 source "$(dirname "$0")/tiny_corpus.sh"
+source "$(dirname "$0")/same_checkpoint.sh"
 tiny_corpus "$tessera" "$dir"
 
 steps=30
@@ -59,8 +61,8 @@ same() {
   [ "$(losses "$2" | wc -l)" = $steps ] || fail "$3: $(losses "$2" | wc -l) steps logged"
   local last
   last=$(printf 'step_%08d' $steps)
-  cmp -s "$1/checkpoints/$last/model.safetensors" "$2/checkpoints/$last/model.safetensors" ||
-    fail "$3: the final weights differ"
+  same_checkpoint "$1/checkpoints/$last" "$2/checkpoints/$last" ||
+    fail "$3: the final weights or optimizer state differ"
 }
 restarts() { [ -f "$1/restarts.jsonl" ] && wc -l <"$1/restarts.jsonl" || echo 0; }
 
@@ -154,18 +156,23 @@ save)
   unbroken dp2
   run=$dir/kill_in_save
   launch_bg dp2 "$run" TESSERA_FAULT_SAVE_PAUSE=2
-  # Rank 0's background writer pauses with step 10's model file written and the rest not.
+  # Rank 0's background writer pauses with its shard of step 10 written, and its index and the
+  # manifest not.
+  half=$run/checkpoints/step_00000010
   for _ in $(seq 1200); do
-    ls -A "$run/checkpoints" 2>/dev/null | grep -q '^\.tmp\.step_00000010' && break
+    [ -f "$half/shard_00000.safetensors" ] && break
     sleep 0.05
   done
   sleep 0.3
-  ls -A "$run/checkpoints" | grep -q '^\.tmp\.step_00000010' || fail "save: no half-written set of step 10"
+  [ -f "$half/shard_00000.safetensors" ] && [ ! -f "$half/manifest.json" ] ||
+    fail "save: no half-written set of step 10"
   kill -KILL "$(beat_pid "$run" 0)"
   finish "$run" "kill during a save"
   grep -q "resuming from .*step_00000005" "$run.log" || fail "save: did not resume from step 5"
+  grep -q "skipping checkpoint .*step_00000010: .*no manifest.json" "$run.log" ||
+    fail "save: resume did not say why it skipped step 10"
   same "$dir/unbroken_dp2" "$run" "kill during a save"
-  echo "kill during a save: step 10's set left half-written; resumed from step 5; bit-identical" ;;
+  echo "kill during a save: step 10's set left without a manifest and skipped; resumed from step 5; bit-identical" ;;
 preempt)
   run=$dir/preempt
   # Saves of 1 s keep the job running long enough to be preempted in the middle.

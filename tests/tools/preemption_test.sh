@@ -12,6 +12,7 @@ set -euo pipefail
 tessera=$1 mpiexec=$2 np=$3 dir=$4
 export OMP_NUM_THREADS=1
 source "$(dirname "$0")/tiny_corpus.sh"
+source "$(dirname "$0")/same_checkpoint.sh"
 tiny_corpus "$tessera" "$dir"
 
 steps=300
@@ -74,8 +75,8 @@ preempt() {
   [ "$(losses "$run" | wc -l)" = $steps ] || fail "SIG$sig: $(losses "$run" | wc -l) steps logged"
   local last
   last=$(printf 'step_%08d' $steps)
-  cmp -s "$ref/checkpoints/$last/model.safetensors" "$run/checkpoints/$last/model.safetensors" ||
-    fail "SIG$sig: the final weights differ"
+  same_checkpoint "$ref/checkpoints/$last" "$run/checkpoints/$last" ||
+    fail "SIG$sig: the final weights or optimizer state differ"
   echo "$name: SIG$sig after step $stopped, status 75, resumed; $steps losses and the weights equal"
 }
 preempt TERM term_dp2 unbroken dp2

@@ -5,8 +5,11 @@
 #      the layout, within relative 1e-5;
 #   2. with --val-data, dp2 x tp2 prints and logs the validation losses of one process, within
 #      relative 1e-5;
-#   3. a dp2 x tp2 checkpoint (gathered model and optimizer state) resumes under tp2 x pp2 and
-#      in one process, and both continue the uninterrupted run's losses within relative 1e-5;
+#   3. a dp2 x tp2 checkpoint (sharded: each of the 4 ranks wrote its part) resumes under
+#      tp2 x pp2 and in one process, resharding as it loads, and both continue the
+#      uninterrupted run's losses within relative 1e-5;
+#      ckpt convert turns the set into the single-process format and into 3 shards and back,
+#      byte for byte, and the converted run directory resumes under dp2 alike;
 #   4. bf16 dp2 x tp2 tracks one process in bf16 within a bf16 bound; fp16 dp2 shows its loss
 #      scale and resumes the scaler's state from its checkpoint;
 #   5. a layout that does not fit prints one line "tessera train: ..." and every rank exits 2;
@@ -28,6 +31,7 @@ set -euo pipefail
 tessera=$1 mpiexec=$2 np=$3 dir=$4 nccl=${5:-off}
 export OMP_NUM_THREADS=1
 source "$(dirname "$0")/tiny_corpus.sh"
+source "$(dirname "$0")/same_checkpoint.sh"
 tiny_corpus "$tessera" "$dir"
 
 # 4 layers of width 32, 2 heads, no dropout; global batch 4 x 2 (grad_accum) = 8 rows of 16.
@@ -97,14 +101,14 @@ grep -q '"ranks":\[{"act_bytes"' "$dir/dp2tp2/metrics.jsonl" ||
   --schedule 1f1b --microbatches 2 >"$dir/tp2pp2.log"
 compare "tp2 x pp2, 1F1B, 2 micro-batches" "$dir/ref" "$dir/tp2pp2"
 
-# Resume across layouts: dp2 x tp2 stops after step 2; its checkpoint (the gathered model and
+# Resume across layouts: dp2 x tp2 stops after step 2; its checkpoint (the sharded model and
 # AdamW state) continues to step 4 under tp2 x pp2 and in one process (the constant schedule
 # makes the lr independent of --max-steps). Fresh AdamW moments would change step 3's update
 # of each weight by up to about lr, which step 4's loss would show far outside 1e-5.
 "$mpiexec" "$np" 4 "$tessera" train "${common[@]}" --run-dir "$dir/stopped" --dp 2 --tp 2 \
   --zero 2 --sequence-parallel --max-steps 2 >/dev/null
-[ "$(ls "$dir/stopped/checkpoints/step_00000002")" = "$(printf '%s\n' model.safetensors \
-  optimizer.safetensors state.json)" ] || fail "the checkpoint is not a single-process one"
+[ "$(ls "$dir/stopped/checkpoints/step_00000002")" = "$(printf '%s\n' manifest.json \
+  shard_0000{0,1,2,3}.{json,safetensors})" ] || fail "the checkpoint is not a 4-rank sharded one"
 cp -r "$dir/stopped" "$dir/resumed_tp2pp2"
 "$mpiexec" "$np" 4 "$tessera" train "${common[@]}" --max-steps 4 --run-dir "$dir/resumed_tp2pp2" \
   --tp 2 --pp 2 --schedule 1f1b --microbatches 2 >"$dir/resumed_tp2pp2.log"
@@ -118,7 +122,29 @@ done
 compare "dp2 x tp2 resumed at step 2 under tp2 x pp2" "$dir/ref" "$dir/resumed_tp2pp2"
 compare "dp2 x tp2 resumed at step 2 in one process" "$dir/ref" "$dir/resumed_one"
 
-# The gathered checkpoint is a single-process one: ckpt and generate read it.
+# ckpt convert between the formats: the 4-rank set to the single-process format, that to 3
+# shards, and back, is the same model and optimizer state byte for byte; the 3-shard run
+# directory resumes under dp2 and continues the uninterrupted run. A flag that cannot apply is
+# refused in one line.
+"$tessera" ckpt convert "$dir/stopped" --to gathered --output "$dir/conv_gathered" >/dev/null
+"$tessera" ckpt convert "$dir/conv_gathered" --to sharded --shards 3 --output "$dir/conv_3" \
+  >/dev/null
+[ -f "$dir/conv_3/checkpoints/step_00000002/shard_00002.safetensors" ] ||
+  fail "ckpt convert --shards 3 wrote no third shard"
+"$tessera" ckpt convert "$dir/conv_3/checkpoints/step_00000002" --to gathered \
+  --output "$dir/conv_back" >/dev/null
+same_checkpoint "$dir/conv_gathered/checkpoints/step_00000002" \
+  "$dir/conv_back/checkpoints/step_00000002" || fail "gathered -> 3 shards -> gathered changed it"
+"$mpiexec" "$np" 2 "$tessera" train "${common[@]}" --max-steps 4 --run-dir "$dir/conv_3" --dp 2 \
+  >"$dir/conv_3.log"
+grep -q "resuming from .*conv_3/checkpoints/step_00000002" "$dir/conv_3.log" ||
+  fail "the converted run directory did not resume"
+compare "dp2 x tp2 -> gathered -> 3 shards, resumed at step 2 under dp2" "$dir/ref" "$dir/conv_3"
+"$tessera" ckpt convert "$dir/stopped" --to gathered --shards 2 --output "$dir/x" 2>"$dir/x.err" &&
+  fail "ckpt convert --to gathered --shards 2 ran"
+grep -q "shards 2 applies to --to sharded only" "$dir/x.err" || fail "--shards was not refused"
+
+# ckpt and generate read a sharded run directory (reassembled as it loads).
 inspected=$("$tessera" ckpt inspect "$dir/dp2tp2") || fail "ckpt inspect cannot read it"
 grep -q "step" <<<"$inspected" || fail "ckpt inspect does not show the step"
 "$tessera" generate --model "$dir/dp2tp2" --max-new-tokens 4 --seed 1 >/dev/null ||
@@ -173,7 +199,7 @@ grep -q '^step 4/4 .* | fp16 scale 2048 | skipped 0' "$dir/fp16.log" ||
   fail "the fp16 step line lacks the loss scale: $(grep '^step 4/4' "$dir/fp16.log")"
 "$mpiexec" "$np" 2 "$tessera" train "${common[@]}" "${fp16[@]}" --max-steps 2 \
   --run-dir "$dir/fp16_resumed" >/dev/null
-grep -q '"loss_scaler"' "$dir/fp16_resumed/checkpoints/step_00000002/state.json" ||
+grep -q '"loss_scaler"' "$dir/fp16_resumed/checkpoints/step_00000002/manifest.json" ||
   fail "the checkpoint lacks the loss scaler's state"
 "$mpiexec" "$np" 2 "$tessera" train "${common[@]}" "${fp16[@]}" --max-steps 4 \
   --run-dir "$dir/fp16_resumed" >"$dir/fp16_resumed.log"

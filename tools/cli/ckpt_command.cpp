@@ -1,6 +1,8 @@
 // `tessera ckpt`: inspect a run, checkpoint or weights file; convert between formats.
 
+#include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "cli/commands.h"
 #include "tessera/tessera.h"
@@ -41,8 +43,45 @@ void inspect(const std::string& spec, int64_t n_head) {
     std::cout << "  " << name << " " << t.describe() << "\n";
 }
 
+// A checkpoint directory, or a run directory's newest checkpoint that loads.
+nn::LoadedCheckpoint load_training_checkpoint(const std::string& spec) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(fs::path(spec) / "checkpoints")) {
+    std::vector<nn::SkippedCheckpoint> skipped;
+    std::optional<nn::LoadedCheckpoint> newest = nn::load_newest_good_checkpoint(spec, &skipped);
+    for (const nn::SkippedCheckpoint& s : skipped)
+      std::cerr << "skipping checkpoint " << s.dir << ": " << s.reason << "\n";
+    TESSERA_CHECK(newest.has_value(), "ckpt convert: run directory ", spec, " has no checkpoint");
+    return std::move(*newest);
+  }
+  return {spec, nn::load_checkpoint(spec)};
+}
+
+// Between the two training-checkpoint formats, model, optimizer and state all kept: the
+// output is a run directory whose newest checkpoint is the converted one, so `tessera train
+// --run-dir <output>` resumes from it under any layout.
+void convert_training(const std::string& spec, const std::string& to, const std::string& output,
+                      int64_t shards) {
+  const nn::LoadedCheckpoint in = load_training_checkpoint(spec);
+  const std::string dir = to == "gathered"
+                              ? nn::save_checkpoint(output, in.data)
+                              : nn::save_sharded_checkpoint(output, in.data, int(shards));
+  std::cout << "ckpt: wrote " << dir << " (" << to
+            << (to == "sharded" ? str_cat(", ", shards, " shards") : std::string()) << ", step "
+            << in.data.step << ", from " << in.dir << ")\n";
+}
+
 void convert(const std::string& spec, const std::string& to, const std::string& output, bool bf16,
-             int64_t n_head) {
+             int64_t n_head, int64_t shards) {
+  TESSERA_CHECK(shards == 0 || to == "sharded", "ckpt convert: --shards ", shards,
+                " applies to --to sharded only, got --to ", to);
+  if (to == "gathered" || to == "sharded") {
+    TESSERA_CHECK(!bf16 && n_head == 0, "ckpt convert: --bf16 and --n-head do not apply to --to ",
+                  to, " (a training checkpoint keeps its dtypes and config)");
+    TESSERA_CHECK(to == "gathered" || (shards >= 1 && shards <= 65536),
+                  "ckpt convert: --to sharded needs --shards N (1 to 65536), got ", shards);
+    return convert_training(spec, to, output, shards);
+  }
   LoadedModel m = load_model(spec, n_head);
   nn::StateDict weights = m.model->state_dict();
   if (to == "hf") {
@@ -54,7 +93,8 @@ void convert(const std::string& spec, const std::string& to, const std::string& 
     nn::write_safetensors(output, weights,
                           {{"format", "pt"}, {"tessera_config", m.config.to_json().dump()}});
   } else {
-    detail::throw_error("ckpt convert: --to must be hf, llmc or safetensors, got '", to, "'");
+    detail::throw_error("ckpt convert: --to must be hf, llmc, safetensors, gathered or sharded, ",
+                        "got '", to, "'");
   }
   std::cout << "ckpt: wrote " << output << " (" << to << ", " << m.model->num_parameters()
             << " parameters)\n";
@@ -67,6 +107,7 @@ void add_ckpt_command(CLI::App& app) {
     std::string spec, to, output;
     bool bf16 = false;
     int64_t n_head = 0;
+    int64_t shards = 0;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("ckpt", "Inspect or convert checkpoints and weights");
@@ -79,12 +120,17 @@ void add_ckpt_command(CLI::App& app) {
   CLI::App* conv = cmd->add_subcommand("convert", "Write a model in another format");
   conv->add_option("model", f->spec, "run dir, checkpoint dir, HF weights or llm.c .bin")
       ->required();
-  conv->add_option("--to", f->to, "hf (folder for transformers), llmc (.bin) or safetensors")
+  conv->add_option("--to", f->to,
+                   "hf (folder for transformers), llmc (.bin), safetensors, or a training "
+                   "checkpoint: gathered (the single-process format) or sharded (--shards N)")
       ->required();
-  conv->add_option("--output", f->output, "output path")->required();
+  conv->add_option("--output", f->output,
+                   "output path (gathered, sharded: a run directory to resume from)")
+      ->required();
+  conv->add_option("--shards", f->shards, "sharded: how many shard files");
   conv->add_flag("--bf16", f->bf16, "llmc: write bf16 weights (version 5)");
   conv->add_option("--n-head", f->n_head, "heads of HF weights without a config.json");
-  conv->callback([f] { convert(f->spec, f->to, f->output, f->bf16, f->n_head); });
+  conv->callback([f] { convert(f->spec, f->to, f->output, f->bf16, f->n_head, f->shards); });
 }
 
 }  // namespace tessera::cli

@@ -115,6 +115,10 @@ const std::map<std::string, std::string>& flag_help() {
       {"checkpoint_format",
        "sharded (every rank writes its own part; no rank gathers the model), gathered (rank 0 "
        "writes the single-process format) or auto (sharded on several ranks)"},
+      {"checkpoint_snapshot",
+       "sharded saves: copy (the loop waits while its part is copied to memory), stream (no "
+       "copy: the write reads the live state and the next update waits for it; CPU only) or "
+       "auto (stream on the CPU)"},
       {"recompute",
        "activation recomputation: none, selective (the MLP activation, elementwise) or full "
        "(whole blocks; see --recompute-layers)"},

@@ -236,10 +236,20 @@ void publish_latest(const std::string& run_dir, int64_t step, int64_t keep) {
     if (n.starts_with(kTempPrefix) || n.starts_with(std::string(kLatest) + ".tmp."))
       fs::remove_all(entry.path(), ec);
   }
+  // An older sharded set without a manifest never finished (its ranks write in step order, so
+  // none is still writing it): drop it, and count only complete sets as survivors.
+  std::vector<int64_t> older;
+  for (int64_t s : list_checkpoints(run_dir)) {
+    if (s >= step) continue;
+    if (is_incomplete_checkpoint((dir / checkpoint_name(s)).string())) {
+      const fs::path doomed = dir / temp_name("deleted." + checkpoint_name(s));
+      rename_path(dir / checkpoint_name(s), doomed);
+      fs::remove_all(doomed, ec);
+    } else {
+      older.push_back(s);
+    }
+  }
   if (keep > 0) {
-    std::vector<int64_t> older;
-    for (int64_t s : list_checkpoints(run_dir))
-      if (s < step) older.push_back(s);
     const size_t survivors = size_t(keep - 1);
     for (size_t i = 0; i + survivors < older.size(); ++i) {
       // Renamed away first, so a crash mid-delete leaves a temporary, not a half checkpoint.
@@ -384,7 +394,15 @@ std::optional<LoadedCheckpoint> load_newest_good_checkpoint(
     return std::nullopt;
   }
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    if (*it > *newest) continue;
+    if (*it > *newest) {
+      // A complete set newer than `latest` belongs to a history the run was resumed away
+      // from; one that never finished (a save cut short) is named, so the loss is visible.
+      const std::string candidate = (dir / checkpoint_name(*it)).string();
+      if (is_incomplete_checkpoint(candidate))
+        passed.push_back({candidate, str_cat("no ", kShardedManifestFile,
+                                             " (its save did not finish)")});
+      continue;
+    }
     const std::string candidate = (dir / checkpoint_name(*it)).string();
     try {
       LoadedCheckpoint loaded{candidate, load_checkpoint(candidate)};
@@ -393,6 +411,14 @@ std::optional<LoadedCheckpoint> load_newest_good_checkpoint(
     } catch (const Error& e) {
       passed.push_back({candidate, e.what()});
     }
+  }
+  // Sets that never finished (no manifest) are as if never begun: with nothing else, the run
+  // starts afresh (the skips are still reported).
+  if (std::all_of(steps.begin(), steps.end(), [&](int64_t s) {
+        return s > *newest || is_incomplete_checkpoint((dir / checkpoint_name(s)).string());
+      })) {
+    if (skipped) *skipped = passed;
+    return std::nullopt;
   }
   std::string why;
   for (const SkippedCheckpoint& s : passed) why += str_cat("\n  ", s.dir, ": ", s.reason);

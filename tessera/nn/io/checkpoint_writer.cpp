@@ -1,5 +1,6 @@
 #include "tessera/nn/io/checkpoint_writer.h"
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 
@@ -53,30 +54,49 @@ std::string CheckpointWriter::save(const std::string& run_dir, const CheckpointD
     run_dir_ = run_dir;
     job_ = std::move(copy);
     keep_ = keep;
-    job_bytes_ = bytes;
+    job_bytes_ = last_bytes_ = bytes;
     busy_ = true;
   }
   cv_.notify_all();
   return (std::filesystem::path(checkpoints_dir(run_dir)) / checkpoint_name(data.step)).string();
 }
 
-std::string CheckpointWriter::save_shard(ShardJob job) {
+std::string CheckpointWriter::save_shard(ShardJob job, Snapshot snapshot) {
   wait();
   int64_t bytes = 0;
   for (ShardPiece& p : job.pieces) {
+    TESSERA_CHECK(snapshot == Snapshot::copy || p.data.device().is_cpu(),
+                  "CheckpointWriter: a streamed snapshot reads host memory, but piece '", p.name,
+                  "' is on ", p.data.device().to_string(), " (use a copy)");
+    if (snapshot == Snapshot::stream) continue;
     p.data = p.data.device().is_cpu() ? ops::clone(p.data) : ops::to(p.data, Device::cpu());
     bytes += int64_t(p.data.nbytes());
+  }
+  if (snapshot == Snapshot::stream) {
+    job.on_data_written = [this] {
+      std::lock_guard<std::mutex> lock(mutex_);
+      reading_ = false;
+      cv_.notify_all();
+    };
   }
   const std::string dir = (std::filesystem::path(checkpoints_dir(job.run_dir)) /
                            checkpoint_name(job.step)).string();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     shard_job_ = std::move(job);
-    job_bytes_ = bytes;
+    job_bytes_ = last_bytes_ = bytes;
     busy_ = true;
+    reading_ = snapshot == Snapshot::stream;
   }
   cv_.notify_all();
   return dir;
+}
+
+double CheckpointWriter::wait_for_snapshot() {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [this] { return !reading_; });
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void CheckpointWriter::wait() {
@@ -87,6 +107,11 @@ void CheckpointWriter::wait() {
     failure_ = nullptr;
     std::rethrow_exception(failure);
   }
+}
+
+int64_t CheckpointWriter::last_snapshot_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return last_bytes_;
 }
 
 int64_t CheckpointWriter::pending_bytes() const {
@@ -121,6 +146,7 @@ void CheckpointWriter::run() {
     lock.lock();
     failure_ = failure;
     busy_ = false;
+    reading_ = false;  // a failed write may never have reached on_data_written
     job_bytes_ = 0;
     cv_.notify_all();
   }

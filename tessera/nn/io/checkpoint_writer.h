@@ -40,14 +40,26 @@ class CheckpointWriter {
   // directory the checkpoint will have. The caller may change or free data's tensors as soon
   // as it returns.
   std::string save(const std::string& run_dir, const CheckpointData& data, int64_t keep);
-  // The same for one rank's shard of a sharded set: waits for the previous write, copies the
-  // pieces into host memory the writer owns, and runs write_shard(job) in the background
-  // (rank 0's includes waiting for the other ranks' shards and publishing the manifest).
-  std::string save_shard(ShardJob job);
+  // The same for one rank's shard of a sharded set: waits for the previous write and runs
+  // write_shard(job) in the background (rank 0's includes waiting for the other ranks' shards
+  // and publishing the manifest). The snapshot:
+  //   copy    the pieces are copied into host memory the writer owns before this returns
+  //           (extra memory: the rank's whole share; the only way for device tensors);
+  //   stream  the pieces stay views of the live state (host memory only) and the thread
+  //           writes them straight into the file: no extra memory, but the state must not
+  //           change until wait_for_snapshot() returns (the trainer calls it before the next
+  //           optimizer update, so the write overlaps the next forward and backward).
+  enum class Snapshot { copy, stream };
+  std::string save_shard(ShardJob job, Snapshot snapshot = Snapshot::copy);
+  // Blocks until a streamed snapshot's bytes are written (not yet fsynced); returns the
+  // seconds it waited. Immediate for a copy, or with nothing in flight.
+  double wait_for_snapshot();
   // Blocks until the write in flight (if any) is on disk; rethrows its failure once.
   void wait();
   // The bytes of the snapshot in flight (0 when idle): the extra memory a save holds.
   int64_t pending_bytes() const;
+  // The bytes the latest save's snapshot copied (0 for a streamed one).
+  int64_t last_snapshot_bytes() const;
 
  private:
   void run();
@@ -55,10 +67,11 @@ class CheckpointWriter {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   bool busy_ = false, stop_ = false;
+  bool reading_ = false;  // a streamed snapshot still reads the live state
   std::string run_dir_;
   CheckpointData job_;
   std::optional<ShardJob> shard_job_;
-  int64_t keep_ = 0, job_bytes_ = 0;
+  int64_t keep_ = 0, job_bytes_ = 0, last_bytes_ = 0;
   std::exception_ptr failure_;
   std::thread thread_;
 };

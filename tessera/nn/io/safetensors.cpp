@@ -263,7 +263,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
 }
 
 void write_safetensors(const std::string& path, const StateDict& tensors,
-                       const SafetensorsMetadata& metadata) {
+                       const SafetensorsMetadata& metadata,
+                       const std::function<void()>& on_data_written) {
   const std::string where = "write_safetensors " + path;
   std::set<std::string> names;
   std::vector<Tensor> host;
@@ -318,6 +319,8 @@ void write_safetensors(const std::string& path, const StateDict& tensors,
   out.write(text.data(), text.size());
   for (size_t i : order)
     if (host[i].nbytes() > 0) out.write(host[i].data_ptr(), host[i].nbytes());
+  host.clear();
+  if (on_data_written) on_data_written();
   out.commit();
 }
 

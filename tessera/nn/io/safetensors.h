@@ -12,6 +12,7 @@
 // file before it is used, and every error names the file, the tensor and the field or offset.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,7 +65,11 @@ SafetensorsFile read_safetensors(const std::string& path);
 // order; the data region holds them by element size, widest first, after a header padded with
 // spaces to a multiple of 8 bytes, so every tensor starts at a multiple of its element size
 // without leaving holes. The output is a function of the inputs only (deterministic).
+// on_data_written, when given, is called once every tensor's bytes have been handed to the
+// file and before it is fsynced and renamed into place: from then on the tensors may change
+// (a checkpoint streamed from live state releases the training loop there).
 void write_safetensors(const std::string& path, const StateDict& tensors,
-                       const SafetensorsMetadata& metadata = {});
+                       const SafetensorsMetadata& metadata = {},
+                       const std::function<void()>& on_data_written = nullptr);
 
 }  // namespace tessera::nn

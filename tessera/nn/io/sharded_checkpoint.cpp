@@ -273,8 +273,8 @@ std::vector<ShardPiece> replicated_pieces(const StateDict& tensors, bool optimiz
   for (const auto& [name, t] : tensors) {
     const int64_t n = t.numel();
     const int64_t lo = n * rank / ranks, hi = n * (rank + 1) / ranks;
-    // An empty tensor is listed once (by rank 0), so that it is not lost.
-    if (hi == lo && !(n == 0 && rank == 0)) continue;
+    // Every rank lists every tensor, an empty piece where its share is empty, so that the
+    // reassembled state keeps the tensors' order and an empty tensor is not lost.
     ShardPiece p;
     p.name = name;
     p.optimizer = optimizer;
@@ -316,8 +316,9 @@ std::string write_shard(const ShardJob& job) {
     tensors.emplace_back(piece_key(p), p.data);
   }
   const fs::path file = dir / (shard_stem(job.rank) + ".safetensors");
-  write_safetensors(file.string(), tensors);
-  pause_for_fault_test();
+  write_safetensors(file.string(), tensors, {}, job.on_data_written);
+  tensors.clear();
+  if (job.rank == 0) pause_for_fault_test();  // rank 0 alone, as when it alone wrote
   write_json_file(dir / (shard_stem(job.rank) + ".json"), shard_index(job, file), "write_shard");
   if (job.rank != 0) return dir.string();
 
@@ -344,6 +345,12 @@ bool is_sharded_checkpoint(const std::string& dir_string) {
   for (const auto& entry : fs::directory_iterator(dir, ec))
     if (entry.path().filename().string().starts_with("shard_")) return true;
   return false;
+}
+
+bool is_incomplete_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  return is_sharded_checkpoint(dir) &&
+         !fs::exists(fs::path(dir) / kShardedManifestFile, ec);
 }
 
 CheckpointData load_sharded_checkpoint(const std::string& dir_string) {

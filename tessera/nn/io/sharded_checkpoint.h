@@ -24,6 +24,7 @@
 // is incomplete, and resume passes it over (load_newest_good_checkpoint).
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -75,7 +76,8 @@ std::vector<PieceRun> piece_runs(const ShardGeometry& geometry, const Shape& ful
                                  int64_t begin, int64_t length, const std::string& what);
 
 // Splits every tensor of a replicated state (each rank holds all of it) evenly among `ranks`
-// by flat range, and returns rank's pieces: how replicas write each byte once.
+// by flat range, and returns rank's pieces (one per tensor, empty where its share is): how
+// replicas write each byte once.
 std::vector<ShardPiece> replicated_pieces(const StateDict& tensors, bool optimizer, int rank,
                                           int ranks);
 
@@ -90,6 +92,9 @@ struct ShardJob {
   nlohmann::json state;  // rank 0: the caller's state (as CheckpointData::state)
   int64_t keep = 0;      // rank 0: as save_checkpoint's
   double publish_timeout = 3600;  // rank 0: how long to wait for the other ranks' indices
+  // Called once the pieces' bytes are in the shard file (before its fsync): a writer that
+  // streams from live state lets the training loop change it from then on.
+  std::function<void()> on_data_written;
 };
 
 // A save's nonce as the files carry it (16 hex digits).
@@ -105,8 +110,10 @@ void begin_sharded_save(const std::string& run_dir, int64_t step);
 // save_checkpoint does. Returns the set's directory. No collective.
 std::string write_shard(const ShardJob& job);
 
-// Whether dir holds a sharded set (a manifest, or shard files without one).
+// Whether dir holds a sharded set (a manifest, or shard files without one); and whether it is
+// one without a manifest, whose save never finished.
 bool is_sharded_checkpoint(const std::string& dir);
+bool is_incomplete_checkpoint(const std::string& dir);
 
 // Reads, validates and reassembles a sharded set into the single-process CheckpointData
 // (load_checkpoint() calls it for such a directory). A missing manifest, a shard whose size or

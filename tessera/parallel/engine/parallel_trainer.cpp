@@ -188,6 +188,7 @@ ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor
   out.loss = dp_average(pipe.loss);
   out.bubble = pipe.group_bubble;
 
+  if (before_update_) before_update_();
   const PrecisionStepResult ps = precision_->step();
   const StepResult& r = ps.update;
   dp_->zero_grad();

@@ -27,6 +27,7 @@
 // shapes of nn::GPT(config)); load_full_state() loads one into any layout.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -120,6 +121,9 @@ class ParallelTrainer {
   // the optimizer is written by exactly one rank. No collective; the views change at the next
   // update.
   std::vector<nn::ShardPiece> checkpoint_pieces() const;
+  // Called in every step after the backward passes and before anything updates the master
+  // weights or the optimizer state: a checkpoint streamed from checkpoint_pieces() waits there.
+  void set_before_update(std::function<void()> hook) { before_update_ = std::move(hook); }
   // The optimizer's scalars for such a checkpoint (as gather_full_optimizer_state's, but the
   // groups list this rank's parameters: a load replaces them). Local.
   nlohmann::json optimizer_scalars() const { return dp_->optimizer().scalars(); }
@@ -168,6 +172,7 @@ class ParallelTrainer {
   std::unique_ptr<ParallelPrecision> precision_;
   std::map<std::string, nn::ParamMeta> metas_;
   int64_t step_ = 0;
+  std::function<void()> before_update_;
 };
 
 }  // namespace tessera::parallel

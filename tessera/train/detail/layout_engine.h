@@ -24,6 +24,9 @@ class LayoutEngine final : public StepEngine {
   void load_model(const nn::StateDict& full) override;
   nn::OptimizerState gather_optimizer() override;
   void load_optimizer(const nn::OptimizerState& full) override;
+  void set_before_update(std::function<void()> hook) override {
+    trainer_.set_before_update(std::move(hook));
+  }
   OwnedState owned_state() override {
     return {trainer_.checkpoint_pieces(), trainer_.optimizer_scalars()};
   }

@@ -21,7 +21,7 @@ void check_finite(const nlohmann::json& j, const std::string& where);
 void publish_latest(const std::string& run_dir, int64_t step, int64_t keep);
 
 // Tests only: TESSERA_FAULT_SAVE_PAUSE=S sleeps S seconds in the middle of every save (the
-// first tensor file written, the rest not), so that a test can make a save slower than the
+// first tensor file written, the rest not; of a sharded save, rank 0's), so that a test can make a save slower than the
 // collective timeout, or kill a rank while its save is half-written.
 void pause_for_fault_test();
 
