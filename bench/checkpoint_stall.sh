@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# The training loop's stall per checkpoint, written in the background (the default) and in the
-# loop (--sync-save, the reference), on a 57.0M-parameter GPT (8 layers, width 768, 653 MB of
-# weights and AdamW state per checkpoint) at dp2 under mpiexec. Each mode runs STEPS steps
-# with a checkpoint every step and with one at the end only, REPS times each; the stall per
-# save is the difference of the fastest wall times over the STEPS - 1 extra saves. Also
-# prints the median step time, so the amortised cost at a 10-step interval follows, and the
-# snapshot's size (what rank 0 holds on top of the model while a background save runs).
-# Not part of CI (a few minutes on 2 cores).
+# The training loop's stall per checkpoint on a 57.0M-parameter GPT (8 layers, width 768, 684 MB
+# of fp32 weights and AdamW state per checkpoint) at dp2 under mpiexec, for each way of saving:
+#
+#   gathered sync     rank 0 gathers the model and writes it in the loop (the old behaviour)
+#   gathered bg       rank 0 gathers, copies, and writes in the background
+#   sharded copy      every rank copies its half and writes it in the background
+#   sharded stream    every rank writes its half straight from the live state in the
+#                     background; the next update waits for the bytes (the default)
+#
+# Each mode runs STEPS steps with a checkpoint every step and with one at the end only, REPS
+# times each; "wall" is the difference of the fastest wall times over the STEPS - 1 extra saves
+# (the stall plus whatever the background writes cost the loop on shared cores). "direct" is
+# what rank 0's loop measured: the time inside save() (checkpoints.jsonl stall_ms) plus the
+# wait of the next update for a streamed snapshot (metrics.jsonl snapshot_wait_ms), the median
+# over the saves. The share is the direct stall amortised over a 10-step interval of median
+# steps; "extra" is what the snapshot copies on rank 0 beyond the state.
+# Not part of CI (about 10 minutes on 2 cores).
 # Usage: bench/checkpoint_stall.sh [steps] [reps]     (defaults 6 and 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +36,7 @@ wall() {  # wall <checkpoint-every> <flags...>: seconds of one run
   t0=$(date +%s%N)
   mpiexec -n 2 "$BIN" train --train-data "$work/corpus/data/data_train_*.bin" --model "$model" \
     --batch-size 2 --seq-len 64 --threads 1 --dp 2 --max-steps "$steps" --checkpoint-every "$every" \
-    --keep-checkpoints 0 --sample-tokens 0 --run-dir "$work/run" "$@" >/dev/null
+    --keep-checkpoints 2 --sample-tokens 0 --run-dir "$work/run" "$@" >/dev/null
   t1=$(date +%s%N)
   awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'
 }
@@ -39,18 +48,36 @@ fastest() {  # fastest <checkpoint-every> <flags...>
   done
   echo "$best"
 }
-median_ms() { grep -o '"ms":[^,}]*' "$work/run/metrics.jsonl" | cut -d: -f2 | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR ? a[int((NR+1)/2)] : 0)}'; }
+field() { grep -o "\"$2\":[^,}]*" "$work/run/$1" | cut -d: -f2; }
 
-printf '%-10s %10s %10s %14s %12s %16s\n' mode "end (s)" "every (s)" "stall/save (s)" "step (ms)" "at 10 steps (%)"
-for mode in background sync; do
-  flags=()
-  [ $mode = sync ] && flags=(--sync-save)
+printf '%-16s %8s %8s %10s %11s %9s %12s %12s\n' mode "end (s)" "every" "wall/save" \
+  "direct (ms)" "step (ms)" "at 10 steps" "extra (MB)"
+for mode in "gathered sync" "gathered bg" "sharded copy" "sharded stream"; do
+  case $mode in
+    "gathered sync") flags=(--checkpoint-format gathered --sync-save) ;;
+    "gathered bg") flags=(--checkpoint-format gathered) ;;
+    "sharded copy") flags=(--checkpoint-snapshot copy) ;;
+    "sharded stream") flags=(--checkpoint-snapshot stream) ;;
+  esac
   t_end=$(fastest "$steps" "${flags[@]}")
   t_every=$(fastest 1 "${flags[@]}")
-  step_ms=$(median_ms)
-  bytes=$(du -sb "$work/run/checkpoints/$(printf 'step_%08d' "$steps")" | cut -f1)
-  stall=$(awk -v e="$t_every" -v n="$t_end" -v s="$steps" 'BEGIN { printf "%.3f", (e - n) / (s - 1) }')
-  share=$(awk -v x="$stall" -v m="$step_ms" 'BEGIN { printf "%.1f", 100 * x / (10 * m / 1000 + x) }')
-  printf '%-10s %10s %10s %14s %12s %16s\n' $mode "$t_end" "$t_every" "$stall" "$step_ms" "$share"
+  step_ms=$(field metrics.jsonl ms | median)
+  # The stall of each save after the first (the first has no earlier write to wait for; the
+  # last is followed by no update), plus the next step's wait for a streamed snapshot.
+  stall_ms=$(python3 - "$work/run" "$steps" <<'PY'
+import json, statistics, sys
+run, steps = sys.argv[1], int(sys.argv[2])
+saves = {r["step"]: r["stall_ms"] for r in map(json.loads, open(run + "/checkpoints.jsonl"))}
+waits = {r["step"]: r.get("snapshot_wait_ms", 0) for r in map(json.loads, open(run + "/metrics.jsonl"))}
+print(statistics.median(saves[s] + waits.get(s + 1, 0) for s in range(2, steps)))
+PY
+)
+  extra=$(field checkpoints.jsonl snapshot_bytes | tail -1)
+  wall_save=$(awk -v e="$t_every" -v n="$t_end" -v s="$steps" 'BEGIN { printf "%.3f", (e - n) / (s - 1) }')
+  share=$(awk -v x="$stall_ms" -v m="$step_ms" 'BEGIN { printf "%.2f%%", 100 * x / (10 * m + x) }')
+  printf '%-16s %8s %8s %10s %11.1f %9.0f %12s %12.0f\n' "$mode" "$t_end" "$t_every" "$wall_save" \
+    "$stall_ms" "$step_ms" "$share" "$(awk -v b="$extra" 'BEGIN { print b / 1e6 }')"
 done
-echo "checkpoint: $bytes bytes (the background snapshot holds as much on rank 0 until written)"
+du -sb "$work/run/checkpoints/$(printf 'step_%08d' "$steps")" |
+  awk '{ printf "checkpoint: %d bytes\n", $1 }'

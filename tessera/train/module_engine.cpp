@@ -158,6 +158,29 @@ OwnedState ModuleEngine::owned_state() {
   return out;
 }
 
+LocalState ModuleEngine::local_state() {
+  nn::OptimizerState optimizer = parts_.optimizer->state_dict();
+  LocalState out{{}, optimizer.scalars};
+  for (const auto& [name, t] : parts_.master->state_dict()) out.tensors.emplace_back("model/" + name, t);
+  for (const auto& [name, t] : optimizer.tensors) out.tensors.emplace_back("optimizer/" + name, t);
+  return out;
+}
+
+void ModuleEngine::load_local_state(const LocalState& state) {
+  nn::StateDict model;
+  nn::OptimizerState optimizer{{}, state.optimizer_scalars};
+  for (const auto& [name, t] : state.tensors) {
+    if (name.starts_with("model/"))
+      model.emplace_back(name.substr(6), t);
+    else if (name.starts_with("optimizer/"))
+      optimizer.tensors.emplace_back(name.substr(10), t);
+    else
+      detail::throw_error("ModuleEngine::load_local_state: unexpected tensor '", name, "'");
+  }
+  load_model(model);
+  load_optimizer(optimizer);
+}
+
 void ModuleEngine::load_optimizer(const nn::OptimizerState& full) {
   parts_.optimizer->load_state_dict(full);
 }

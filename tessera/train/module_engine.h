@@ -62,6 +62,10 @@ class ModuleEngine final : public StepEngine {
   // Everything is replicated: each rank writes its flat share of every tensor.
   OwnedState owned_state() override;
   void set_before_update(std::function<void()> hook) override { before_update_ = std::move(hook); }
+  // The whole model and optimizer state ("model/<name>", "optimizer/<name>"): every rank
+  // holds all of it.
+  LocalState local_state() override;
+  void load_local_state(const LocalState& state) override;
   void load_optimizer(const nn::OptimizerState& full) override;
   nlohmann::json precision_state() const override { return precision_->state(); }
   void load_precision_state(const nlohmann::json& state) override;

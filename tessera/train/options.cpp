@@ -66,6 +66,8 @@ void for_each_field(Options& o, F&& f) {
   f("sync_save", o.sync_save);
   f("checkpoint_format", o.checkpoint_format);
   f("checkpoint_snapshot", o.checkpoint_snapshot);
+  f("checkpoint_every_local", o.checkpoint_every_local);
+  f("local_dir", o.local_dir);
   f("recompute", o.recompute);
   f("recompute_layers", o.recompute_layers);
   f("sample_tokens", o.sample_tokens);
@@ -187,9 +189,14 @@ void TrainOptions::validate() const {
   TESSERA_CHECK(checkpoint_snapshot != "stream" || device == "cpu",
                 "train: --checkpoint-snapshot stream reads the live state from host memory; ",
                 "--device is ", device, " (use copy or auto)");
-  TESSERA_CHECK(checkpoint_snapshot == "auto" || checkpoint_format != "gathered",
-                "train: --checkpoint-snapshot applies to sharded checkpoints; ",
-                "--checkpoint-format is gathered");
+  TESSERA_CHECK(checkpoint_snapshot == "auto" || checkpoint_format != "gathered" ||
+                    checkpoint_every_local > 0,
+                "train: --checkpoint-snapshot applies to sharded checkpoints and the node-local ",
+                "tier; --checkpoint-format is gathered and --checkpoint-every-local 0");
+  TESSERA_CHECK(checkpoint_every_local >= 0, "train: --checkpoint-every-local must be >= 0 (0: ",
+                "off), got ", checkpoint_every_local);
+  TESSERA_CHECK(local_dir.empty() || checkpoint_every_local > 0, "train: --local-dir is where ",
+                "--checkpoint-every-local writes; that is 0 (off)");
   TESSERA_CHECK(std::isfinite(bucket_mb) && bucket_mb >= 0,
                 "train: --bucket-mb must be >= 0 (0: one bucket per layer), got ", bucket_mb);
   const parallel::GradCompression compression = grad_compression_policy();  // throws if bad

@@ -103,6 +103,12 @@ struct TrainOptions {
   // (no copy: the write reads the live state and the next update waits for it; host memory
   // only) or "auto": stream on the CPU, copy on a device.
   std::string checkpoint_snapshot = "auto";
+  // The node-local tier (nn/io/local_checkpoint.h): every N steps each rank writes its own
+  // state into local_dir (default: $TMPDIR or /tmp, then tessera-local/<hash of run_dir>),
+  // keeping the newest; 0: off. A restart on the same layout and hosts resumes from it when it
+  // is newer than the durable tier and every rank holds the same step.
+  int64_t checkpoint_every_local = 0;
+  std::string local_dir;
 
   // Activation recomputation (nn/recompute.h): "none", "selective" or "full"; under full,
   // recompute_layers blocks per pipeline stage (its first ones), -1 for all.

@@ -49,6 +49,13 @@ struct OwnedState {
   nlohmann::json optimizer_scalars;
 };
 
+// This rank's own state, enough to restore the same rank of the same layout with nothing else
+// (a node-local checkpoint, nn/io/local_checkpoint.h): views of the live state.
+struct LocalState {
+  nn::StateDict tensors;
+  nlohmann::json optimizer_scalars;
+};
+
 class StepEngine {
  public:
   virtual ~StepEngine() = default;
@@ -70,6 +77,10 @@ class StepEngine {
   // What this rank writes of a sharded checkpoint (nn/io/sharded_checkpoint.h): every element
   // of the single-process model and optimizer state is in exactly one rank's pieces. Local.
   virtual OwnedState owned_state() = 0;
+  // The rank's own state and its restore into the same rank of the same layout (names and
+  // shapes checked). Local.
+  virtual LocalState local_state() = 0;
+  virtual void load_local_state(const LocalState& state) = 0;
   // Called in every step before the update changes the weights or the optimizer state.
   virtual void set_before_update(std::function<void()> hook) = 0;
   // Mixed precision's state (fp16's loss scaler), for checkpoints.

@@ -2,7 +2,12 @@
 
 #include <chrono>
 #include <filesystem>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <iomanip>
 #include <ostream>
 #include <random>
@@ -15,6 +20,7 @@
 #include "tessera/core/ops/movement.h"
 #include "tessera/data/load_tokenizer.h"
 #include "tessera/nn/io/checkpoint.h"
+#include "tessera/nn/io/local_checkpoint.h"
 #include "tessera/nn/optim/adamw.h"
 #include "tessera/nn/optim/sgd.h"
 #include "tessera/train/detail/device.h"
@@ -177,13 +183,15 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<parallel::Communicator> w
   }
   if (!imported.empty()) engine_->load_model(imported);
   build_loaders();
-  if (resume)
+  if (resume_from_local(resume ? resume->data.step : -1)) {
+  } else if (resume) {
     resume_from(*resume);
-  else if (world_->rank() == 0)
+  } else if (world_->rank() == 0) {
     // A fresh start at step 0: drop the lines of an attempt that died before its first
     // checkpoint was on disk, which the steps about to run would log again.
     MetricsLog::truncate_after(metrics_path(o), 0);
     MetricsLog::truncate_after(checkpoint_log_path(o), 0);
+  }
   if (world_->rank() == 0)
     write_file_atomic(o.run_dir + "/config.json", o.to_config_file().dump(2) + "\n");
 }
@@ -201,11 +209,14 @@ Trainer::Trainer(ModuleParts parts, TrainOptions options,
   engine_ =
       std::make_unique<ModuleEngine>(world_, std::move(parts), module_config(options_, device_));
   build_loaders();
-  if (std::optional<ResumePoint> resume = find_resume(options_))
+  std::optional<ResumePoint> resume = find_resume(options_);
+  if (resume_from_local(resume ? resume->data.step : -1)) {
+  } else if (resume) {
     resume_from(*resume);
-  else if (world_->rank() == 0)
+  } else if (world_->rank() == 0) {
     MetricsLog::truncate_after(metrics_path(options_), 0);  // as above
     MetricsLog::truncate_after(checkpoint_log_path(options_), 0);
+  }
   if (world_->rank() == 0)
     write_file_atomic(options_.run_dir + "/config.json", options_.to_config_file().dump(2) + "\n");
 }
@@ -223,9 +234,10 @@ void Trainer::init_common() {
     refuse("--device ", o.device, " under ", world_->size(), " ranks: the world communicator ",
            "given carries CPU tensors only; CUDA tensors travel over an NcclCommunicator");
   if (world_->size() == 1 && o.dp * o.tp * o.pp == 1) refuse_layout_flags_on_one_process(o);
-  if (o.checkpoint_snapshot != "auto" && !sharded_checkpoints())
+  if (o.checkpoint_snapshot != "auto" && !sharded_checkpoints() && o.checkpoint_every_local == 0)
     refuse("--checkpoint-snapshot ", o.checkpoint_snapshot, " applies to sharded checkpoints ",
-           "(several ranks, or --checkpoint-format sharded); this run saves gathered ones");
+           "(several ranks, or --checkpoint-format sharded) and the node-local tier; this run ",
+           "saves gathered ones only");
   fs::create_directories(o.run_dir);
   tokenizer_ = data::load_tokenizer(o.tokenizer);
   const int threads = num_threads();
@@ -270,22 +282,105 @@ void Trainer::build_loaders() {
 }
 
 void Trainer::resume_from(const ResumePoint& resume) {
-  const nlohmann::json& state = resume.data.state;
   engine_->load_model(resume.data.model);
   // Whichever layout (or one process) wrote it, every rank loads its part; a state of another
   // optimizer is refused in one line naming the file (restore_optimizer).
   optimizer_note_ = restore_optimizer(
       resume, [&](const nn::OptimizerState& opt) { engine_->load_optimizer(opt); });
+  restore_progress(resume.data.state, resume.data.step, resume.dir);
+  skipped_checkpoints_ = describe_skipped(resume);
+}
+
+void Trainer::restore_progress(const nlohmann::json& state, int64_t step, const std::string& dir) {
   train_->restore(data::LoaderState::from_json(state.at("loader")));
   if (state.contains("precision")) engine_->load_precision_state(state["precision"]);
-  step_ = resume.data.step;
+  step_ = step;
   engine_->set_step(step_);
   if (world_->rank() == 0) {
     MetricsLog::truncate_after(metrics_path(options_), step_);
     MetricsLog::truncate_after(checkpoint_log_path(options_), step_);
   }
-  resumed_from_ = resume.dir;
-  skipped_checkpoints_ = describe_skipped(resume);
+  resumed_from_ = dir;
+}
+
+std::string Trainer::local_dir() const {
+  if (!options_.local_dir.empty()) return options_.local_dir;
+  std::error_code ec;
+  const std::string run = fs::weakly_canonical(fs::absolute(options_.run_dir), ec).string();
+  char hash[32];  // libstdc++'s string hash is unseeded: the same folder at every restart
+  std::snprintf(hash, sizeof hash, "%016zx", std::hash<std::string>{}(run));
+  const char* tmp = std::getenv("TMPDIR");
+  return (fs::path(tmp != nullptr && *tmp != 0 ? tmp : "/tmp") / "tessera-local" / hash).string();
+}
+
+nlohmann::json Trainer::local_fingerprint(const LocalState& state) const {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::error_code ec;
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto& [name, t] : state.tensors)
+    tensors.push_back({name, dtype_name(t.dtype()), t.shape().to_string()});
+  const nlohmann::json options = options_.to_json();
+  nlohmann::json data = nlohmann::json::object();
+  for (const char* key : {"train_data", "batch_size", "seq_len", "seed", "tokenizer"})
+    data[key] = options[key];
+  return {{"rank", world_->rank()},
+          {"ranks", world_->size()},
+          {"host", host},
+          {"run_dir", fs::weakly_canonical(fs::absolute(options_.run_dir), ec).string()},
+          {"layout", engine_->layout_json()},
+          {"data", data},
+          {"tensors", tensors}};
+}
+
+bool Trainer::resume_from_local(int64_t durable_step) {
+  if (options_.checkpoint_every_local == 0 || options_.resume != "auto") return false;
+  std::string why;
+  const std::string rank_dir = nn::local_rank_dir(local_dir(), world_->rank());
+  const nlohmann::json fingerprint = local_fingerprint(engine_->local_state());
+  const std::vector<int64_t> held = nn::usable_local_checkpoints(rank_dir, fingerprint, &why);
+  // The newest step every rank holds: the least of the ranks' newest, if each holds it (a
+  // rank killed mid-write still holds the set before its newest). One all-reduce for the
+  // range, one for whether every rank holds its low end.
+  const double mine = held.empty() ? -1.0 : double(held.front());
+  Tensor range = from_vector<double>({mine, -mine}, Shape{2});
+  world_->all_reduce(range, parallel::CommOp::max);
+  const std::vector<double> r = to_vector<double>(range);
+  const int64_t newest = int64_t(r[0]), oldest = int64_t(-r[1]);
+  const bool mine_holds = std::find(held.begin(), held.end(), oldest) != held.end();
+  Tensor all = from_vector<double>({mine_holds ? 0.0 : 1.0}, Shape{1});
+  world_->all_reduce(all, parallel::CommOp::max);
+  const bool shared = oldest >= 0 && all.item<double>() == 0.0;
+  if (shared && oldest > durable_step) {
+    nn::LocalCheckpoint local = nn::load_local_checkpoint(rank_dir, oldest, fingerprint);
+    nlohmann::json scalars = local.state.value("optimizer", nlohmann::json::object());
+    engine_->load_local_state({std::move(local.tensors), scalars});
+    restore_progress(local.state, local.step, local.dir);
+    local_note_ = str_cat("resuming from the node-local tier (every rank holds step ", oldest,
+                          "; the durable tier's newest is ",
+                          durable_step < 0 ? std::string("none") : std::to_string(durable_step),
+                          ")\n");
+    return true;
+  }
+  const bool refused = !why.empty() && !why.starts_with("no local checkpoint");
+  if (newest > durable_step || refused)
+    local_note_ = str_cat("not resuming from the node-local tier: the ranks' newest sets are of ",
+                          "steps ", oldest, " to ", newest, " (-1: none usable), and no step newer ",
+                          "than the durable tier's is held by every rank; rank ", world_->rank(),
+                          ": ", held.empty() ? why : str_cat("steps held ", held.front(),
+                          held.size() > 1 ? str_cat(", ", held[1]) : std::string(),
+                          why.empty() ? std::string() : "; " + why), "\n");
+  return false;
+}
+
+std::string Trainer::save_local(bool stream) {
+  if (!writer_) writer_ = std::make_unique<nn::CheckpointWriter>();
+  LocalState live = engine_->local_state();
+  const nlohmann::json fingerprint = local_fingerprint(live);
+  const nlohmann::json state = checkpoint_state(live.optimizer_scalars);
+  return writer_->save_local(
+      nn::local_rank_dir(local_dir(), world_->rank()), step_, std::move(live.tensors), fingerprint,
+      state, stream ? nn::CheckpointWriter::Snapshot::stream : nn::CheckpointWriter::Snapshot::copy);
 }
 
 void Trainer::load(const std::string& checkpoint_dir) {
@@ -405,6 +500,19 @@ std::string Trainer::save(bool wait) {
   return (fs::path(nn::checkpoints_dir(options_.run_dir)) / nn::checkpoint_name(step_)).string();
 }
 
+bool Trainer::stream_snapshots() {
+  const bool stream = options_.checkpoint_snapshot == "stream" ||
+                      (options_.checkpoint_snapshot == "auto" && device_.is_cpu());
+  if (stream && !update_fence_set_) {
+    // The write reads the live state: the next update waits until its bytes are in the file.
+    engine_->set_before_update([this] {
+      if (writer_) snapshot_wait_s_ += writer_->wait_for_snapshot();
+    });
+    update_fence_set_ = true;
+  }
+  return stream;
+}
+
 std::string Trainer::save_sharded(bool wait) {
   const double allow = std::max(options_.save_timeout, options_.comm_timeout);
   const bool rank0 = world_->rank() == 0;
@@ -424,15 +532,7 @@ std::string Trainer::save_sharded(bool wait) {
   world_->all_reduce(nonce, parallel::CommOp::sum);
   const std::vector<double> halves = to_vector<double>(nonce);
   OwnedState owned = engine_->owned_state();
-  const bool stream = options_.checkpoint_snapshot == "stream" ||
-                      (options_.checkpoint_snapshot == "auto" && device_.is_cpu());
-  if (stream && !update_fence_set_) {
-    // The write reads the live state: the next update waits until its bytes are in the file.
-    engine_->set_before_update([this] {
-      if (writer_) snapshot_wait_s_ += writer_->wait_for_snapshot();
-    });
-    update_fence_set_ = true;
-  }
+  const bool stream = stream_snapshots();
   nn::ShardJob job;
   job.run_dir = options_.run_dir;
   job.step = step_;
@@ -483,7 +583,7 @@ std::string Trainer::banner() const {
     << "MFU is against a peak of " << peak_text_ << "\n"
     << "device: " << device_ << (o.device == "cuda-sim" ? " (the kernel simulator)" : "")
     << " | precision: " << precision_banner(o) << "\n";
-  b << skipped_checkpoints_;
+  b << skipped_checkpoints_ << local_note_;
   if (!resumed_from_.empty()) b << "resuming from " << resumed_from_ << "\n";
   if (!optimizer_note_.empty())
     b << "optimizer state not restored (it starts from zero): " << optimizer_note_ << "\n";
@@ -528,11 +628,25 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
       // What the loop spent in the save on rank 0, and what the snapshot holds beyond the state.
       if (rank0)
         saves->append({{"step", m.step},
-                     {"stall_ms", stall * 1e3},
-                     {"format", sharded_checkpoints() ? "sharded" : "gathered"},
-                     {"snapshot", sharded_checkpoints() ? last_snapshot_ : "copy"},
-                     {"snapshot_bytes", writer_ ? writer_->last_snapshot_bytes() : 0},
-                     {"sync", o.sync_save}});
+                       {"tier", "durable"},
+                       {"stall_ms", stall * 1e3},
+                       {"format", sharded_checkpoints() ? "sharded" : "gathered"},
+                       {"snapshot", sharded_checkpoints() ? last_snapshot_ : "copy"},
+                       {"snapshot_bytes", writer_ ? writer_->last_snapshot_bytes() : 0},
+                       {"sync", o.sync_save}});
+    } else if (o.checkpoint_every_local > 0 && m.step % o.checkpoint_every_local == 0) {
+      beat("save", save_allow);
+      const auto t0 = std::chrono::steady_clock::now();
+      const bool stream = stream_snapshots();
+      save_local(stream);
+      const double stall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      beat("saved");
+      if (rank0)
+        saves->append({{"step", m.step},
+                       {"tier", "local"},
+                       {"stall_ms", stall * 1e3},
+                       {"snapshot", stream ? "stream" : "copy"},
+                       {"snapshot_bytes", writer_->last_snapshot_bytes()}});
     }
     if (stopping && !done()) {
       result.interrupted = true;

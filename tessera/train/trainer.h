@@ -149,6 +149,17 @@ class Trainer {
   nlohmann::json checkpoint_state(const nlohmann::json& optimizer_scalars) const;
   bool sharded_checkpoints() const;
   std::string save_sharded(bool wait);
+  // Whether saves stream from the live state (--checkpoint-snapshot); installs the engine's
+  // update fence the first time.
+  bool stream_snapshots();
+  // The node-local tier: this rank's own state into local_dir(); and, at start, every rank's
+  // agreement (one all-reduce) on a local step newer than durable_step, loaded if they agree.
+  std::string save_local(bool stream);
+  bool resume_from_local(int64_t durable_step);
+  std::string local_dir() const;
+  nlohmann::json local_fingerprint(const LocalState& state) const;
+  // The loader position, precision state and step of a checkpoint's state; the logs cut there.
+  void restore_progress(const nlohmann::json& state, int64_t step, const std::string& dir);
 
   TrainOptions options_;
   std::shared_ptr<parallel::Communicator> world_;
@@ -168,6 +179,7 @@ class Trainer {
   bool update_fence_set_ = false;  // the engine waits for a streamed snapshot before updates
   double snapshot_wait_s_ = 0;     // this step's wait
   std::string last_snapshot_ = "copy";
+  std::string local_note_;  // the banner's line on the node-local tier at resume
 };
 
 }  // namespace tessera::train

@@ -119,6 +119,12 @@ const std::map<std::string, std::string>& flag_help() {
        "sharded saves: copy (the loop waits while its part is copied to memory), stream (no "
        "copy: the write reads the live state and the next update waits for it; CPU only) or "
        "auto (stream on the CPU)"},
+      {"checkpoint_every_local",
+       "the node-local tier: every N steps each rank writes its own state to --local-dir, "
+       "keeping the newest; a restart on the same layout and hosts resumes from it (0: off)"},
+      {"local_dir",
+       "the node-local tier's folder (default: $TMPDIR or /tmp, then "
+       "tessera-local/<hash of --run-dir>)"},
       {"recompute",
        "activation recomputation: none, selective (the MLP activation, elementwise) or full "
        "(whole blocks; see --recompute-layers)"},

@@ -11,15 +11,30 @@ namespace tessera::nn {
 
 namespace {
 
-// A copy the writer owns: the training loop updates its tensors in place right after save().
+// A copy the writer owns, on the CPU: the training loop updates its tensors in place right
+// after save().
+Tensor host_copy(const Tensor& t) {
+  return t.device().is_cpu() ? ops::clone(t) : ops::to(t, Device::cpu());
+}
+
 StateDict snapshot(const StateDict& dict, int64_t& bytes) {
   StateDict out;
   out.reserve(dict.size());
   for (const auto& [name, t] : dict) {
-    out.emplace_back(name, ops::clone(t));
+    out.emplace_back(name, host_copy(t));
     bytes += int64_t(t.nbytes());
   }
   return out;
+}
+
+// A streamed snapshot reads the tensors where they are: host memory only.
+void check_streamable(const Tensor& t, const std::string& name) {
+  TESSERA_CHECK(t.device().is_cpu(), "CheckpointWriter: a streamed snapshot reads host memory, ",
+                "but '", name, "' is on ", t.device().to_string(), " (use a copy)");
+}
+
+std::string step_dir(const std::string& run_dir, int64_t step) {
+  return (std::filesystem::path(checkpoints_dir(run_dir)) / checkpoint_name(step)).string();
 }
 
 }  // namespace
@@ -40,56 +55,68 @@ CheckpointWriter::~CheckpointWriter() {
   thread_.join();
 }
 
+void CheckpointWriter::submit(int64_t step, Task task, int64_t bytes, Snapshot snapshot) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    step_ = step;
+    task_ = std::move(task);
+    job_bytes_ = last_bytes_ = bytes;
+    busy_ = true;
+    reading_ = snapshot == Snapshot::stream;
+  }
+  cv_.notify_all();
+}
+
 std::string CheckpointWriter::save(const std::string& run_dir, const CheckpointData& data,
                                    int64_t keep) {
   wait();
-  CheckpointData copy;
+  auto copy = std::make_shared<CheckpointData>();
   int64_t bytes = 0;
-  copy.step = data.step;
-  copy.model = snapshot(data.model, bytes);
-  copy.optimizer = snapshot(data.optimizer, bytes);
-  copy.state = data.state;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    run_dir_ = run_dir;
-    job_ = std::move(copy);
-    keep_ = keep;
-    job_bytes_ = last_bytes_ = bytes;
-    busy_ = true;
-  }
-  cv_.notify_all();
-  return (std::filesystem::path(checkpoints_dir(run_dir)) / checkpoint_name(data.step)).string();
+  copy->step = data.step;
+  copy->model = snapshot(data.model, bytes);
+  copy->optimizer = snapshot(data.optimizer, bytes);
+  copy->state = data.state;
+  submit(data.step, [run_dir, copy, keep](const auto&) { save_checkpoint(run_dir, *copy, keep); },
+         bytes, Snapshot::copy);
+  return step_dir(run_dir, data.step);
 }
 
 std::string CheckpointWriter::save_shard(ShardJob job, Snapshot snapshot) {
   wait();
   int64_t bytes = 0;
   for (ShardPiece& p : job.pieces) {
-    TESSERA_CHECK(snapshot == Snapshot::copy || p.data.device().is_cpu(),
-                  "CheckpointWriter: a streamed snapshot reads host memory, but piece '", p.name,
-                  "' is on ", p.data.device().to_string(), " (use a copy)");
-    if (snapshot == Snapshot::stream) continue;
-    p.data = p.data.device().is_cpu() ? ops::clone(p.data) : ops::to(p.data, Device::cpu());
-    bytes += int64_t(p.data.nbytes());
+    if (snapshot == Snapshot::stream) {
+      check_streamable(p.data, p.name);
+    } else {
+      p.data = host_copy(p.data);
+      bytes += int64_t(p.data.nbytes());
+    }
   }
-  if (snapshot == Snapshot::stream) {
-    job.on_data_written = [this] {
-      std::lock_guard<std::mutex> lock(mutex_);
-      reading_ = false;
-      cv_.notify_all();
-    };
-  }
-  const std::string dir = (std::filesystem::path(checkpoints_dir(job.run_dir)) /
-                           checkpoint_name(job.step)).string();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    shard_job_ = std::move(job);
-    job_bytes_ = last_bytes_ = bytes;
-    busy_ = true;
-    reading_ = snapshot == Snapshot::stream;
-  }
-  cv_.notify_all();
+  const std::string dir = step_dir(job.run_dir, job.step);
+  const int64_t step = job.step;
+  auto shared = std::make_shared<ShardJob>(std::move(job));
+  submit(step, [shared](const std::function<void()>& release) {
+    shared->on_data_written = release;
+    write_shard(*shared);
+  }, bytes, snapshot);
   return dir;
+}
+
+std::string CheckpointWriter::save_local(const std::string& rank_dir, int64_t step,
+                                         StateDict tensors, const nlohmann::json& fingerprint,
+                                         const nlohmann::json& state, Snapshot snapshot) {
+  wait();
+  int64_t bytes = 0;
+  if (snapshot == Snapshot::stream) {
+    for (const auto& [name, t] : tensors) check_streamable(t, name);
+  } else {
+    tensors = nn::snapshot(tensors, bytes);
+  }
+  auto shared = std::make_shared<StateDict>(std::move(tensors));
+  submit(step, [rank_dir, step, shared, fingerprint, state](const std::function<void()>& release) {
+    save_local_checkpoint(rank_dir, step, *shared, fingerprint, state, release);
+  }, bytes, snapshot);
+  return (std::filesystem::path(rank_dir) / checkpoint_name(step)).string();
 }
 
 double CheckpointWriter::wait_for_snapshot() {
@@ -124,29 +151,27 @@ void CheckpointWriter::run() {
   for (;;) {
     cv_.wait(lock, [this] { return busy_ || stop_; });
     if (!busy_) return;  // stop_ with nothing in flight
-    const std::string run_dir = run_dir_;
-    std::optional<ShardJob> shard = std::move(shard_job_);
-    shard_job_.reset();
-    const int64_t keep = keep_, step = shard ? shard->step : job_.step;
-    CheckpointData job = std::move(job_);
+    Task task = std::move(task_);
+    task_ = nullptr;
+    const int64_t step = step_;
     lock.unlock();
+    const std::function<void()> release = [this] {
+      std::lock_guard<std::mutex> guard(mutex_);
+      reading_ = false;
+      cv_.notify_all();
+    };
     std::exception_ptr failure;
     try {
-      if (shard)
-        write_shard(*shard);
-      else
-        save_checkpoint(run_dir, job, keep);
+      task(release);
     } catch (const std::exception& e) {
       failure = std::make_exception_ptr(
           Error(str_cat("the background save of step ", step, " failed: ", e.what())));
     }
-    // The snapshot's memory goes back before the next save may start.
-    job = CheckpointData();
-    shard.reset();
+    task = nullptr;  // the snapshot's memory goes back before the next save may start
     lock.lock();
     failure_ = failure;
     busy_ = false;
-    reading_ = false;  // a failed write may never have reached on_data_written
+    reading_ = false;  // a failed write may never have released its snapshot
     job_bytes_ = 0;
     cv_.notify_all();
   }

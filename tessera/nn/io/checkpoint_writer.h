@@ -16,12 +16,14 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
 #include "tessera/nn/io/checkpoint.h"
+#include "tessera/nn/io/local_checkpoint.h"
 #include "tessera/nn/io/sharded_checkpoint.h"
 
 namespace tessera::nn {
@@ -51,6 +53,11 @@ class CheckpointWriter {
   //           optimizer update, so the write overlaps the next forward and backward).
   enum class Snapshot { copy, stream };
   std::string save_shard(ShardJob job, Snapshot snapshot = Snapshot::copy);
+  // The same for a node-local checkpoint (local_checkpoint.h): save_local_checkpoint(rank_dir,
+  // step, tensors, fingerprint, state) in the background, the tensors copied or streamed.
+  std::string save_local(const std::string& rank_dir, int64_t step, StateDict tensors,
+                         const nlohmann::json& fingerprint, const nlohmann::json& state,
+                         Snapshot snapshot);
   // Blocks until a streamed snapshot's bytes are written (not yet fsynced); returns the
   // seconds it waited. Immediate for a copy, or with nothing in flight.
   double wait_for_snapshot();
@@ -62,16 +69,20 @@ class CheckpointWriter {
   int64_t last_snapshot_bytes() const;
 
  private:
+  // A write: called on the thread with the function that releases a streamed snapshot.
+  using Task = std::function<void(const std::function<void()>& release)>;
+  // Waits for the previous write, then queues task (its snapshot already taken: `bytes`
+  // copied, or streamed).
+  void submit(int64_t step, Task task, int64_t bytes, Snapshot snapshot);
   void run();
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   bool busy_ = false, stop_ = false;
   bool reading_ = false;  // a streamed snapshot still reads the live state
-  std::string run_dir_;
-  CheckpointData job_;
-  std::optional<ShardJob> shard_job_;
-  int64_t keep_ = 0, job_bytes_ = 0, last_bytes_ = 0;
+  int64_t step_ = 0;
+  Task task_;
+  int64_t job_bytes_ = 0, last_bytes_ = 0;
   std::exception_ptr failure_;
   std::thread thread_;
 };

@@ -169,6 +169,12 @@ class DataParallel {
   void load_optimizer_state(const nn::OptimizerState& state) { optimizer_->load_state(state); }
 
   void set_lr(double lr) { optimizer_->set_lr(lr); }
+  // After this rank's own moments and master were copied back in place (a node-local
+  // checkpoint of the same layout): the optimizer's update count and learning rate.
+  void restore_optimizer_counters(int64_t step, double lr) {
+    optimizer_->set_step_count(step);
+    optimizer_->set_lr(lr);
+  }
   double lr() const { return optimizer_->lr(); }
   int64_t step_count() const { return optimizer_->step_count(); }
 

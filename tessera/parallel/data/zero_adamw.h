@@ -47,6 +47,9 @@ class ZeroAdamW {
   double lr() const { return options_.lr; }
   void set_lr(double lr);
   int64_t step_count() const { return step_; }
+  // Restoring a rank's own saved moments (a node-local checkpoint): the update count they
+  // belong to, which bias correction reads.
+  void set_step_count(int64_t step) { step_ = step; }
   const nn::AdamWOptions& options() const { return options_; }
   // exp_avg and exp_avg_sq memory this rank holds on the parameters' device, in bytes; and in
   // host memory (offloaded: the moments, the gradient downloads and the rounded copy).

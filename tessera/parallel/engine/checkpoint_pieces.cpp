@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/core/error.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/parallel/engine/parallel_trainer.h"
 
@@ -70,6 +72,43 @@ std::vector<nn::ShardPiece> ParallelTrainer::checkpoint_pieces() const {
     }
   }
   return out;
+}
+
+nn::StateDict ParallelTrainer::local_state() const {
+  const FlatLayout& layout = dp_->layout();
+  const FlatParams& params = dp_->flat_params();
+  const ZeroAdamW& adamw = dp_->optimizer();
+  nn::StateDict out;
+  for (int b = 0; b < int(layout.buckets().size()); ++b) {
+    out.emplace_back(str_cat("master.", b), params.sharded() ? params.shard(b) : params.bucket(b));
+    out.emplace_back(str_cat("exp_avg.", b), adamw.state_of(0, b));
+    out.emplace_back(str_cat("exp_avg_sq.", b), adamw.state_of(1, b));
+  }
+  return out;
+}
+
+void ParallelTrainer::load_local_state(const nn::StateDict& state,
+                                       const nlohmann::json& optimizer_scalars) {
+  const nn::StateDict mine = local_state();
+  TESSERA_CHECK(state.size() == mine.size(), "load_local_state: ", state.size(),
+                " tensors for this rank's ", mine.size(), " (", config_.describe(), ")");
+  for (size_t i = 0; i < mine.size(); ++i)
+    TESSERA_CHECK(state[i].first == mine[i].first &&
+                      state[i].second.shape() == mine[i].second.shape() &&
+                      state[i].second.dtype() == mine[i].second.dtype(),
+                  "load_local_state: tensor ", i, " is '", state[i].first, "' ",
+                  state[i].second.describe(), ", this rank holds '", mine[i].first, "' ",
+                  mine[i].second.describe());
+  TESSERA_CHECK(optimizer_scalars.is_object() && optimizer_scalars.value("step", nlohmann::json())
+                                                     .is_number_integer() &&
+                    optimizer_scalars.value("lr", nlohmann::json()).is_number(),
+                "load_local_state: the optimizer's scalars need 'step' and 'lr', got ",
+                optimizer_scalars.dump());
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < mine.size(); ++i) ops::copy_(mine[i].second, state[i].second);
+  dp_->restore_optimizer_counters(optimizer_scalars["step"].get<int64_t>(),
+                                  optimizer_scalars["lr"].get<double>());
+  precision_->sync_compute();
 }
 
 }  // namespace tessera::parallel

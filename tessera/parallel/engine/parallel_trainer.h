@@ -121,6 +121,17 @@ class ParallelTrainer {
   // the optimizer is written by exactly one rank. No collective; the views change at the next
   // update.
   std::vector<nn::ShardPiece> checkpoint_pieces() const;
+  // This rank's own state, enough to restore this rank of the same layout with no other
+  // rank's files (a node-local checkpoint): per bucket b, the master weights it holds
+  // ("master.<b>": the bucket, or its shard at ZeRO-3 and offloaded) and the AdamW moments it
+  // holds ("exp_avg.<b>", "exp_avg_sq.<b>": the bucket at ZeRO 0, its shard above). Views of
+  // the live state, as checkpoint_pieces().
+  nn::StateDict local_state() const;
+  // Copies local_state() of the same rank and layout back (names and shapes checked first:
+  // nothing changes unless all fit), restores the update count and learning rate from
+  // optimizer_scalars() and refreshes the compute copy. Collective only as the compute
+  // copy's refresh is (ZeRO-3 units held).
+  void load_local_state(const nn::StateDict& state, const nlohmann::json& optimizer_scalars);
   // Called in every step after the backward passes and before anything updates the master
   // weights or the optimizer state: a checkpoint streamed from checkpoint_pieces() waits there.
   void set_before_update(std::function<void()> hook) { before_update_ = std::move(hook); }

@@ -24,6 +24,12 @@ class LayoutEngine final : public StepEngine {
   void load_model(const nn::StateDict& full) override;
   nn::OptimizerState gather_optimizer() override;
   void load_optimizer(const nn::OptimizerState& full) override;
+  LocalState local_state() override {
+    return {trainer_.local_state(), trainer_.optimizer_scalars()};
+  }
+  void load_local_state(const LocalState& state) override {
+    trainer_.load_local_state(state.tensors, state.optimizer_scalars);
+  }
   void set_before_update(std::function<void()> hook) override {
     trainer_.set_before_update(std::move(hook));
   }
