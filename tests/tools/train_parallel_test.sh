@@ -135,6 +135,7 @@ compare "dp2 x tp2 resumed at step 2 in one process" "$dir/ref" "$dir/resumed_on
   --output "$dir/conv_back" >/dev/null
 same_checkpoint "$dir/conv_gathered/checkpoints/step_00000002" \
   "$dir/conv_back/checkpoints/step_00000002" || fail "gathered -> 3 shards -> gathered changed it"
+cp "$dir/stopped/metrics.jsonl" "$dir/conv_3/"  # steps 1 and 2, for the comparison
 "$mpiexec" "$np" 2 "$tessera" train "${common[@]}" --max-steps 4 --run-dir "$dir/conv_3" --dp 2 \
   >"$dir/conv_3.log"
 grep -q "resuming from .*conv_3/checkpoints/step_00000002" "$dir/conv_3.log" ||
