@@ -18,6 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::error_of;
+using testing::expect_same_dict;
 using testing::mentions;
 using testing::read_bytes;
 using testing::same_tensor;
@@ -39,14 +40,6 @@ CheckpointData sample(int64_t step) {
              {"loader", {{"shard", 3}, {"position", 4096 + step}}},
              {"metadata", {{"note", "resumé"}}}};
   return d;
-}
-
-void expect_same_dict(const StateDict& a, const StateDict& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first);
-    EXPECT_TRUE(same_tensor(a[i].second, b[i].second)) << a[i].first;
-  }
 }
 
 void expect_same(const CheckpointData& a, const CheckpointData& b) {

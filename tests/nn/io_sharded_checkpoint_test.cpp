@@ -19,6 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::error_of;
+using testing::expect_same_dict;
 using testing::mentions;
 using testing::read_bytes;
 using testing::same_tensor;
@@ -37,14 +38,6 @@ CheckpointData sample(int64_t step) {
                  {"wte.weight", rand({3}, gen)}};  // an optimizer name equal to a model name
   d.state = {{"optimizer", {{"lr", 3e-4 / 7.0}, {"kind", "adamw"}}}, {"loader", {{"pos", step}}}};
   return d;
-}
-
-void expect_same_dict(const StateDict& a, const StateDict& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first);
-    EXPECT_TRUE(same_tensor(a[i].second, b[i].second)) << a[i].first;
-  }
 }
 
 std::string set_of(const TempDir& run, int64_t step) {

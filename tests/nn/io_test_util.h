@@ -15,6 +15,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/core/tensor.h"
+#include "tessera/nn/module.h"
 
 namespace tessera::nn::testing {
 
@@ -57,6 +58,15 @@ inline bool same_tensor(const Tensor& a, const Tensor& b) {
     return false;
   Tensor ca = ops::contiguous(a), cb = ops::contiguous(b);
   return ca.nbytes() == 0 || std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
+}
+
+// The same names in the same order, each tensor bit-exact.
+inline void expect_same_dict(const StateDict& a, const StateDict& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(same_tensor(a[i].second, b[i].second)) << a[i].first;
+  }
 }
 
 // Runs f, which must throw tessera::Error; returns its message ("" after a test failure).

@@ -53,7 +53,9 @@ LocalCheckpoint read_set(const fs::path& dir, int64_t step, const json& fingerpr
   if (written != fingerprint) {
     // Name what differs; the layout by its one-line description.
     std::string differs;
-    for (const auto& [key, value] : fingerprint.items()) {
+    for (const auto& item : fingerprint.items()) {
+      const std::string key = item.key();
+      const json& value = item.value();
       const json theirs = written.is_object() ? written.value(key, json()) : json();
       if (theirs == value) continue;
       auto shown = [&](const json& v) {
