@@ -16,7 +16,8 @@
 # over the saves. The share is the direct stall amortised over a 10-step interval of median
 # steps; "extra" is what the snapshot copies on rank 0 beyond the state.
 # Not part of CI (about 10 minutes on 2 cores).
-# Usage: bench/checkpoint_stall.sh [steps] [reps]     (defaults 6 and 2)
+# Usage: bench/checkpoint_stall.sh [steps] [reps]     (defaults 6 and 2; MODES="sharded copy,..."
+# runs some of the modes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${TESSERA_BIN:-$PWD/build/tools/tessera}
@@ -53,7 +54,8 @@ field() { grep -o "\"$2\":[^,}]*" "$work/run/$1" | cut -d: -f2; }
 
 printf '%-16s %8s %8s %10s %11s %9s %12s %12s\n' mode "end (s)" "every" "wall/save" \
   "direct (ms)" "step (ms)" "at 10 steps" "extra (MB)"
-for mode in "gathered sync" "gathered bg" "sharded copy" "sharded stream"; do
+IFS=, read -r -a modes <<<"${MODES:-gathered sync,gathered bg,sharded copy,sharded stream}"
+for mode in "${modes[@]}"; do
   case $mode in
     "gathered sync") flags=(--checkpoint-format gathered --sync-save) ;;
     "gathered bg") flags=(--checkpoint-format gathered) ;;

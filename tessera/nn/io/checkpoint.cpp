@@ -135,9 +135,9 @@ nlohmann::json tensor_manifest(const StateDict& tensors) {
   return list;
 }
 
-nlohmann::json file_record(const fs::path& path, const StateDict& tensors) {
+nlohmann::json file_record(const fs::path& path, const StateDict& tensors, uint64_t checksum) {
   return {{"bytes", fs::file_size(path)},
-          {"checksum", checksum_hex(file_checksum(path.string()))},
+          {"checksum", checksum_hex(checksum)},
           {"tensors", tensor_manifest(tensors)}};
 }
 
@@ -278,16 +278,19 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointData& da
   TESSERA_CHECK(fs::create_directory(tmp, ec) && !ec, "save_checkpoint: cannot create ",
                 tmp.string(), ": ", ec.message());
   TempDirGuard guard(tmp);
-  write_safetensors((tmp / kCheckpointModelFile).string(), data.model);
+  uint64_t model_sum = 0, optimizer_sum = 0;
+  write_safetensors((tmp / kCheckpointModelFile).string(), data.model, {}, nullptr, &model_sum);
   pause_for_fault_test();
-  write_safetensors((tmp / kCheckpointOptimizerFile).string(), data.optimizer);
+  write_safetensors((tmp / kCheckpointOptimizerFile).string(), data.optimizer, {}, nullptr,
+                    &optimizer_sum);
   nlohmann::json state = {
       {"format", kFormat},
       {"version", kVersion},
       {"step", data.step},
       {"files",
-       {{kCheckpointModelFile, file_record(tmp / kCheckpointModelFile, data.model)},
-        {kCheckpointOptimizerFile, file_record(tmp / kCheckpointOptimizerFile, data.optimizer)}}},
+       {{kCheckpointModelFile, file_record(tmp / kCheckpointModelFile, data.model, model_sum)},
+        {kCheckpointOptimizerFile,
+         file_record(tmp / kCheckpointOptimizerFile, data.optimizer, optimizer_sum)}}},
       {"state", data.state.is_null() ? nlohmann::json::object() : data.state}};
   std::string text;
   try {

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/nn/io/detail/checksum.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
 #include "tessera/core/ops/creation.h"
@@ -264,7 +265,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
 
 void write_safetensors(const std::string& path, const StateDict& tensors,
                        const SafetensorsMetadata& metadata,
-                       const std::function<void()>& on_data_written) {
+                       const std::function<void()>& on_data_written, uint64_t* checksum) {
   const std::string where = "write_safetensors " + path;
   std::set<std::string> names;
   std::vector<Tensor> host;
@@ -314,12 +315,18 @@ void write_safetensors(const std::string& path, const StateDict& tensors,
   text.append((8 - (8 + text.size()) % 8) % 8, ' ');
 
   AtomicFile out(path);
+  Checksum sum;
+  auto emit = [&](const void* data, size_t nbytes) {
+    out.write(data, nbytes);
+    if (checksum != nullptr) sum.update(data, nbytes);
+  };
   const uint64_t n = text.size();
-  out.write(&n, sizeof n);
-  out.write(text.data(), text.size());
+  emit(&n, sizeof n);
+  emit(text.data(), text.size());
   for (size_t i : order)
-    if (host[i].nbytes() > 0) out.write(host[i].data_ptr(), host[i].nbytes());
+    if (host[i].nbytes() > 0) emit(host[i].data_ptr(), host[i].nbytes());
   host.clear();
+  if (checksum != nullptr) *checksum = sum.digest();
   if (on_data_written) on_data_written();
   out.commit();
 }

@@ -67,9 +67,12 @@ SafetensorsFile read_safetensors(const std::string& path);
 // without leaving holes. The output is a function of the inputs only (deterministic).
 // on_data_written, when given, is called once every tensor's bytes have been handed to the
 // file and before it is fsynced and renamed into place: from then on the tensors may change
-// (a checkpoint streamed from live state releases the training loop there).
+// (a checkpoint streamed from live state releases the training loop there). checksum, when
+// given, receives the file's checksum (file_checksum's, detail/checksum.h), taken over the
+// bytes as they are written, so that a checkpoint need not read the file back.
 void write_safetensors(const std::string& path, const StateDict& tensors,
                        const SafetensorsMetadata& metadata = {},
-                       const std::function<void()>& on_data_written = nullptr);
+                       const std::function<void()>& on_data_written = nullptr,
+                       uint64_t* checksum = nullptr);
 
 }  // namespace tessera::nn

@@ -155,7 +155,7 @@ ShardPiece parse_piece(const json& j, const std::string& where, DType* dtype, st
 }
 
 // A rank's index as write_shard leaves it (its pieces without data).
-json shard_index(const ShardJob& job, const fs::path& file) {
+json shard_index(const ShardJob& job, const fs::path& file, uint64_t checksum) {
   json pieces = json::array();
   for (const ShardPiece& p : job.pieces) pieces.push_back(piece_json(p));
   return {{"format", kShardFormat}, {"version", kVersion},
@@ -163,7 +163,7 @@ json shard_index(const ShardJob& job, const fs::path& file) {
           {"ranks", job.ranks},     {"nonce", job.nonce},
           {"file", file.filename().string()},
           {"bytes", fs::file_size(file)},
-          {"checksum", checksum_hex(file_checksum(file.string()))},
+          {"checksum", checksum_hex(checksum)},
           {"pieces", pieces}};
 }
 
@@ -316,10 +316,12 @@ std::string write_shard(const ShardJob& job) {
     tensors.emplace_back(piece_key(p), p.data);
   }
   const fs::path file = dir / (shard_stem(job.rank) + ".safetensors");
-  write_safetensors(file.string(), tensors, {}, job.on_data_written);
+  uint64_t sum = 0;
+  write_safetensors(file.string(), tensors, {}, job.on_data_written, &sum);
   tensors.clear();
   if (job.rank == 0) pause_for_fault_test();  // rank 0 alone, as when it alone wrote
-  write_json_file(dir / (shard_stem(job.rank) + ".json"), shard_index(job, file), "write_shard");
+  write_json_file(dir / (shard_stem(job.rank) + ".json"), shard_index(job, file, sum),
+                  "write_shard");
   if (job.rank != 0) return dir.string();
 
   TESSERA_CHECK(job.state.is_object() || job.state.is_null(),
