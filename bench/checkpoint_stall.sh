@@ -13,8 +13,9 @@
 # (the stall plus whatever the background writes cost the loop on shared cores). "direct" is
 # what rank 0's loop measured: the time inside save() (checkpoints.jsonl stall_ms) plus the
 # wait of the next update for a streamed snapshot (metrics.jsonl snapshot_wait_ms), the median
-# over the saves. The share is the direct stall amortised over a 10-step interval of median
-# steps; "extra" is what the snapshot copies on rank 0 beyond the state.
+# over the saves. "step" is the median step of the run without saves; the shares amortise the
+# direct stall and the wall cost over a 10-step interval of such steps; "extra" is what the
+# snapshot copies on rank 0 beyond the state.
 # Not part of CI (about 10 minutes on 2 cores).
 # Usage: bench/checkpoint_stall.sh [steps] [reps]     (defaults 6 and 2; MODES="sharded copy,..."
 # runs some of the modes)
@@ -52,8 +53,8 @@ fastest() {  # fastest <checkpoint-every> <flags...>
 median() { sort -g | awk '{a[NR]=$1} END {print (NR ? a[int((NR+1)/2)] : 0)}'; }
 field() { grep -o "\"$2\":[^,}]*" "$work/run/$1" | cut -d: -f2; }
 
-printf '%-16s %8s %8s %10s %11s %9s %12s %12s\n' mode "end (s)" "every" "wall/save" \
-  "direct (ms)" "step (ms)" "at 10 steps" "extra (MB)"
+printf '%-16s %8s %8s %10s %11s %9s %12s %12s %12s\n' mode "end (s)" "every" "wall/save" \
+  "direct (ms)" "step (ms)" "direct@10" "wall@10" "extra (MB)"
 IFS=, read -r -a modes <<<"${MODES:-gathered sync,gathered bg,sharded copy,sharded stream}"
 for mode in "${modes[@]}"; do
   case $mode in
@@ -63,8 +64,8 @@ for mode in "${modes[@]}"; do
     "sharded stream") flags=(--checkpoint-snapshot stream) ;;
   esac
   t_end=$(fastest "$steps" "${flags[@]}")
+  step_ms=$(field metrics.jsonl ms | median)  # steps with no save near them
   t_every=$(fastest 1 "${flags[@]}")
-  step_ms=$(field metrics.jsonl ms | median)
   # The stall of each save after the first (the first has no earlier write to wait for; the
   # last is followed by no update), plus the next step's wait for a streamed snapshot.
   stall_ms=$(python3 - "$work/run" "$steps" <<'PY'
@@ -77,9 +78,10 @@ PY
 )
   extra=$(field checkpoints.jsonl snapshot_bytes | tail -1)
   wall_save=$(awk -v e="$t_every" -v n="$t_end" -v s="$steps" 'BEGIN { printf "%.3f", (e - n) / (s - 1) }')
-  share=$(awk -v x="$stall_ms" -v m="$step_ms" 'BEGIN { printf "%.2f%%", 100 * x / (10 * m + x) }')
-  printf '%-16s %8s %8s %10s %11.1f %9.0f %12s %12.0f\n' "$mode" "$t_end" "$t_every" "$wall_save" \
-    "$stall_ms" "$step_ms" "$share" "$(awk -v b="$extra" 'BEGIN { print b / 1e6 }')"
+  share=$(awk -v x="$stall_ms" -v m="$step_ms" 'BEGIN { printf "%.1f%%", 100 * x / (10 * m + x) }')
+  share_wall=$(awk -v x="$wall_save" -v m="$step_ms" 'BEGIN { printf "%.1f%%", 100 * x / (0.01 * m + x) }')
+  printf '%-16s %8s %8s %10s %11.1f %9.0f %12s %12s %12.0f\n' "$mode" "$t_end" "$t_every" "$wall_save" \
+    "$stall_ms" "$step_ms" "$share" "$share_wall" "$(awk -v b="$extra" 'BEGIN { print b / 1e6 }')"
 done
 du -sb "$work/run/checkpoints/$(printf 'step_%08d' "$steps")" |
   awk '{ printf "checkpoint: %d bytes\n", $1 }'
