@@ -16,7 +16,7 @@ namespace {
 // Options that must not change when resuming, because they define the data order or the
 // model; the rest (max_steps, logging, the layout, ...) may.
 void check_resumable(const TrainOptions& now, const nlohmann::json& saved) {
-  for (const char* key : {"train_data", "batch_size", "seq_len", "seed", "tokenizer"}) {
+  for (const char* key : kDataOrderOptions) {
     TESSERA_CHECK(!saved.contains(key) || saved[key] == now.to_json()[key], "train: cannot resume ",
                   "with a different ", key, " (checkpoint: ", saved[key].dump(),
                   ", now: ", now.to_json()[key].dump(),

@@ -33,6 +33,10 @@ namespace tessera::train {
 // (and fp16's loss-scale settings).
 std::string precision_banner(const TrainOptions& o);
 
+// The options that define the data order: a resume (and a node-local set) must match them.
+inline constexpr const char* kDataOrderOptions[] = {"train_data", "batch_size", "seq_len", "seed",
+                                                    "tokenizer"};
+
 // <run_dir>/metrics.jsonl
 std::string metrics_path(const TrainOptions& o);
 // <run_dir>/checkpoints.jsonl: one line per save (rank 0's stall in the loop, the format and

@@ -55,10 +55,6 @@ std::optional<int64_t> parse_checkpoint_name(const std::string& name) {
 
 namespace {
 
-std::optional<int64_t> parse_step_name(const std::string& name) {
-  return parse_checkpoint_name(name);
-}
-
 std::string temp_name(const std::string& what) {
   static std::atomic<uint64_t> counter{0};
   return std::string(kTempPrefix) + what + "." + std::to_string(::getpid()) + "." +
@@ -204,12 +200,29 @@ std::string checkpoint_name(int64_t step) {
   return buf;
 }
 
+std::string checkpoint_path(const std::string& run_dir, int64_t step) {
+  return (fs::path(checkpoints_dir(run_dir)) / checkpoint_name(step)).string();
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  const std::string text = read_text_file(path);
+  check_json_depth(text, path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    detail::throw_error(path, ": not valid JSON (byte ", e.byte, "): ", e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // A number too large for a double (out_of_range 406), found by fuzz/checkpoint_state.
+    detail::throw_error(path, ": not valid JSON: ", e.what());
+  }
+}
+
 std::vector<int64_t> list_checkpoints(const std::string& run_dir) {
   std::vector<int64_t> steps;
   const fs::path dir = checkpoints_dir(run_dir);
   if (!fs::is_directory(dir)) return steps;
   for (const auto& entry : fs::directory_iterator(dir))
-    if (auto step = parse_step_name(entry.path().filename().string()); step && entry.is_directory())
+    if (auto step = parse_checkpoint_name(entry.path().filename().string()); step && entry.is_directory())
       steps.push_back(*step);
   std::sort(steps.begin(), steps.end());
   return steps;
@@ -318,17 +331,7 @@ CheckpointData load_checkpoint(const std::string& dir_string) {
   const std::string sp = state_path.string();
   TESSERA_CHECK(fs::is_regular_file(state_path), "checkpoint ", dir_string, ": missing ",
                 kStateFile);
-  nlohmann::json s;
-  const std::string text = read_text_file(sp);
-  check_json_depth(text, sp);
-  try {
-    s = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    detail::throw_error(sp, ": not valid JSON (byte ", e.byte, "): ", e.what());
-  } catch (const nlohmann::json::exception& e) {
-    // A number too large for a double (out_of_range 406), found by fuzz/checkpoint_state.
-    detail::throw_error(sp, ": not valid JSON: ", e.what());
-  }
+  nlohmann::json s = read_json_file(sp);
   TESSERA_CHECK(s.is_object(), sp, ": expected a JSON object, got ", s.type_name());
   TESSERA_CHECK(s.value("format", nlohmann::json()) == kFormat, sp, ": 'format' is ",
                 s.value("format", nlohmann::json()).dump(), ", expected \"", kFormat, "\"");
@@ -345,7 +348,7 @@ CheckpointData load_checkpoint(const std::string& dir_string) {
 
   CheckpointData data;
   data.step = step.get<int64_t>();
-  if (auto named = parse_step_name(dir.filename().string()))
+  if (auto named = parse_checkpoint_name(dir.filename().string()))
     TESSERA_CHECK(*named == data.step, sp, ": 'step' is ", data.step, " but the directory is ",
                   dir.filename().string());
   data.model = read_recorded(dir, kCheckpointModelFile, s["files"], sp);
@@ -371,7 +374,7 @@ std::optional<std::string> find_latest_checkpoint(const std::string& run_dir) {
   std::string shown = name;
   for (char& ch : shown)
     if (ch < 32 || ch > 126) ch = '?';
-  TESSERA_CHECK(parse_step_name(name).has_value(), lp,
+  TESSERA_CHECK(parse_checkpoint_name(name).has_value(), lp,
                 ": expected a checkpoint directory name like step_00000042, got '", shown, "'");
   const fs::path target = dir / name;
   TESSERA_CHECK(fs::is_directory(target), lp, " names ", target.string(), ", which does not exist");
@@ -388,7 +391,7 @@ std::optional<LoadedCheckpoint> load_newest_good_checkpoint(
   std::optional<int64_t> newest = steps.empty() ? std::nullopt : std::optional(steps.back());
   try {
     if (std::optional<std::string> latest = find_latest_checkpoint(run_dir))
-      newest = parse_step_name(fs::path(*latest).filename().string());
+      newest = parse_checkpoint_name(fs::path(*latest).filename().string());
   } catch (const Error& e) {
     passed.push_back({(dir / kLatest).string(), e.what()});
   }

@@ -6,6 +6,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/ops/movement.h"
+#include "tessera/nn/io/detail/checkpoint_files.h"
 
 namespace tessera::nn {
 
@@ -31,10 +32,6 @@ StateDict snapshot(const StateDict& dict, int64_t& bytes) {
 void check_streamable(const Tensor& t, const std::string& name) {
   TESSERA_CHECK(t.device().is_cpu(), "CheckpointWriter: a streamed snapshot reads host memory, ",
                 "but '", name, "' is on ", t.device().to_string(), " (use a copy)");
-}
-
-std::string step_dir(const std::string& run_dir, int64_t step) {
-  return (std::filesystem::path(checkpoints_dir(run_dir)) / checkpoint_name(step)).string();
 }
 
 }  // namespace
@@ -78,7 +75,7 @@ std::string CheckpointWriter::save(const std::string& run_dir, const CheckpointD
   copy->state = data.state;
   submit(data.step, [run_dir, copy, keep](const auto&) { save_checkpoint(run_dir, *copy, keep); },
          bytes, Snapshot::copy);
-  return step_dir(run_dir, data.step);
+  return checkpoint_path(run_dir, data.step);
 }
 
 std::string CheckpointWriter::save_shard(ShardJob job, Snapshot snapshot) {
@@ -92,7 +89,7 @@ std::string CheckpointWriter::save_shard(ShardJob job, Snapshot snapshot) {
       bytes += int64_t(p.data.nbytes());
     }
   }
-  const std::string dir = step_dir(job.run_dir, job.step);
+  const std::string dir = checkpoint_path(job.run_dir, job.step);
   const int64_t step = job.step;
   auto shared = std::make_shared<ShardJob>(std::move(job));
   submit(step, [shared](const std::function<void()>& release) {

@@ -9,7 +9,6 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
-#include "tessera/core/json_depth.h"
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/nn/io/detail/checkpoint_files.h"
 #include "tessera/nn/io/detail/checksum.h"
@@ -43,9 +42,7 @@ LocalCheckpoint read_set(const fs::path& dir, int64_t step, const json& fingerpr
                          bool tensors) {
   const fs::path mp = dir / kMeta;
   TESSERA_CHECK(fs::is_regular_file(mp), dir.string(), ": no ", kMeta, " (its save did not finish)");
-  const std::string text = read_text_file(mp.string());
-  check_json_depth(text, mp.string());
-  json meta = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json meta = read_json_file(mp.string());
   TESSERA_CHECK(meta.is_object() && meta.value("format", json()) == kFormat &&
                     meta.value("step", json()) == step && meta.value("state", json()).is_object(),
                 mp.string(), ": not a local checkpoint of step ", step);

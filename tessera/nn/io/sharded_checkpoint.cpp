@@ -16,7 +16,6 @@
 #include "tessera/core/error.h"
 #include "tessera/core/empty.h"
 #include "tessera/core/file_io.h"
-#include "tessera/core/json_depth.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/core/version.h"
 #include "tessera/nn/io/detail/checkpoint_files.h"
@@ -38,10 +37,6 @@ std::string shard_stem(int rank) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "shard_%05d", rank);
   return buf;
-}
-
-fs::path set_dir(const std::string& run_dir, int64_t step) {
-  return fs::path(checkpoints_dir(run_dir)) / checkpoint_name(step);
 }
 
 // The safetensors key of a piece: unique within a shard (a name's pieces start apart), and
@@ -68,18 +63,6 @@ json piece_json(const ShardPiece& p) {
           {"tp", {p.geometry.tp_rank, p.geometry.tp_size}},
           {"begin", p.begin},
           {"length", p.data.numel()}};
-}
-
-json parse_json_file(const fs::path& path) {
-  const std::string text = read_text_file(path.string());
-  check_json_depth(text, path.string());
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    detail::throw_error(path.string(), ": not valid JSON (byte ", e.byte, "): ", e.what());
-  } catch (const json::exception& e) {
-    detail::throw_error(path.string(), ": not valid JSON: ", e.what());
-  }
 }
 
 void write_json_file(const fs::path& path, const json& j, const char* what) {
@@ -180,7 +163,7 @@ std::vector<json> collect_indices(const ShardJob& job, const fs::path& dir) {
       const fs::path path = dir / (shard_stem(r) + ".json");
       std::error_code ec;
       if (fs::exists(path, ec)) {
-        json j = parse_json_file(path);
+        json j = read_json_file(path.string());
         if (j.is_object() && j.value("nonce", json()) == job.nonce) {
           indices[size_t(r)] = std::move(j);
           have[size_t(r)] = true;
@@ -290,7 +273,7 @@ std::vector<ShardPiece> replicated_pieces(const StateDict& tensors, bool optimiz
 std::string checkpoint_nonce(uint64_t value) { return checksum_hex(value); }
 
 void begin_sharded_save(const std::string& run_dir, int64_t step) {
-  const fs::path dir = set_dir(run_dir, step);
+  const fs::path dir = fs::path(checkpoint_path(run_dir, step));
   std::error_code ec;
   if (!fs::exists(dir / kShardedManifestFile, ec)) return;
   fs::remove(dir / kShardedManifestFile, ec);
@@ -303,7 +286,7 @@ std::string write_shard(const ShardJob& job) {
   TESSERA_CHECK(job.ranks >= 1 && job.rank >= 0 && job.rank < job.ranks, "write_shard: rank ",
                 job.rank, " of ", job.ranks);
   TESSERA_CHECK(!job.nonce.empty(), "write_shard: the save needs a nonce");
-  const fs::path dir = set_dir(job.run_dir, job.step);
+  const fs::path dir = fs::path(checkpoint_path(job.run_dir, job.step));
   std::error_code ec;
   fs::create_directories(dir, ec);
   TESSERA_CHECK(!ec, "sharded save of step ", job.step, ": cannot create ", dir.string(), ": ",
@@ -361,7 +344,7 @@ CheckpointData load_sharded_checkpoint(const std::string& dir_string) {
   const std::string where = mp.string();
   TESSERA_CHECK(fs::is_regular_file(mp), "sharded checkpoint ", dir_string, ": no ",
                 kShardedManifestFile, " (its save did not finish)");
-  json m = parse_json_file(mp);
+  json m = read_json_file(mp.string());
   TESSERA_CHECK(m.is_object(), where, ": expected a JSON object, got ", m.type_name());
   TESSERA_CHECK(m.value("format", json()) == kManifestFormat, where, ": 'format' is ",
                 m.value("format", json()).dump(), ", expected \"", kManifestFormat, "\"");
@@ -514,7 +497,7 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const Checkpoint
     }
     write_shard(job);
   }
-  return set_dir(run_dir, data.step).string();
+  return checkpoint_path(run_dir, data.step);
 }
 
 }  // namespace tessera::nn

@@ -12,6 +12,14 @@ namespace tessera::nn {
 // The step of a canonical checkpoint directory name ("step_00000042"), or nullopt.
 std::optional<int64_t> parse_checkpoint_name(const std::string& name);
 
+// A checkpoint's JSON file (state.json, manifest.json, a shard's or a local set's index),
+// depth-checked before it is parsed; throws naming the file on any parse error (a number past
+// a double's range included: nlohmann's out_of_range, found by fuzz/checkpoint_state).
+nlohmann::json read_json_file(const std::string& path);
+
+// <run_dir>/checkpoints/step_<step>
+std::string checkpoint_path(const std::string& run_dir, int64_t step);
+
 // JSON has no NaN or infinity (they would be written as null): throws naming `where` rather
 // than lose them.
 void check_finite(const nlohmann::json& j, const std::string& where);
