@@ -197,7 +197,7 @@ MpiSession::~MpiSession() {
   if (!owns_ || finalized) return;
   // A broken group's collectives are still posted; MPI_Finalize would wait on them (and on
   // peers that may be dead or stuck), so the job ends here instead (comm_health.h).
-  if (any_comm_broken()) MPI_Abort(MPI_COMM_WORLD, kBrokenCommExit);
+  if (any_comm_broken()) abort_mpi_job(kBrokenCommExit);
   MPI_Finalize();
 }
 

@@ -23,6 +23,15 @@ namespace tessera::parallel {
 // or failed: comm_health.h), the destructor ends the job with MPI_Abort(kBrokenCommExit)
 // rather than MPI_Finalize, which would wait on the abandoned collective.
 inline constexpr int kBrokenCommExit = 124;
+
+// Ends the whole job from this rank with MPI_Abort(status), after flushing stdout and stderr
+// and waiting up to `drain_seconds` until the launcher has read them: MPI_Abort kills every
+// process at once, and mpiexec drops output its proxy had not read yet (mpi_abort.cpp).
+[[noreturn]] void abort_mpi_job(int status, double drain_seconds = 2.0);
+// Flushes stdout and stderr and waits up to `max_seconds` until their readers (where they are
+// pipes or sockets) have consumed every byte; false when the time ran out.
+bool wait_for_output_drained(double max_seconds);
+
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);
