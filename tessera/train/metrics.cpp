@@ -86,6 +86,52 @@ std::string StepMetrics::console_line(int64_t max_steps) const {
   return line;
 }
 
+std::vector<std::pair<std::string, double>> StepMetrics::scalars() const {
+  std::vector<std::pair<std::string, double>> s = {
+      {"loss/train", loss},
+      {"optim/lr", lr},
+      {"optim/grad_norm", grad_norm},
+      {"perf/step_ms", ms},
+      {"perf/tokens_per_s", tokens_per_s},
+      {"perf/mfu", mfu},
+      {"memory/live_bytes", double(live_bytes)},
+      {"memory/peak_bytes", double(peak_bytes)},
+      {"memory/rss_bytes", double(rss_bytes)}};
+  if (val_loss) s.emplace_back("loss/val", *val_loss);
+  if (snapshot_wait_ms) s.emplace_back("checkpoint/snapshot_wait_ms", *snapshot_wait_ms);
+  if (loss_scale) {
+    s.emplace_back("fp16/loss_scale", *loss_scale);
+    s.emplace_back("fp16/skipped_steps", double(skipped_steps));
+  }
+  if (parallel) {
+    s.emplace_back("parallel/bubble", parallel->bubble);
+    for (size_t r = 0; r < parallel->ranks.size(); ++r) {
+      const std::string rank = "parallel/rank" + std::to_string(r) + "/";
+      s.emplace_back(rank + "comm_ms", parallel->ranks[r].comm_ms);
+      s.emplace_back(rank + "device_peak_bytes", double(parallel->ranks[r].device_peak_bytes));
+    }
+  }
+  return s;
+}
+
+std::string clock_text(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "--:--";
+  const int64_t s = int64_t(seconds + 0.5);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)(s / 3600),
+                (long long)(s / 60 % 60), (long long)(s % 60));
+  return buf;
+}
+
+std::string StepMetrics::progress_line(int64_t max_steps, double elapsed_s, double eta_s) const {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "step %lld/%lld %.1f%% | loss %.4f | %.0f tok/s | elapsed %s | ETA %s",
+                (long long)step, (long long)max_steps,
+                max_steps > 0 ? 100.0 * double(step) / double(max_steps) : 0.0, loss, tokens_per_s,
+                clock_text(elapsed_s).c_str(), clock_text(eta_s).c_str());
+  return buf;
+}
+
 double flops_per_token(const nn::GPTConfig& config, int64_t seq_len) {
   double n = double(nn::GPT::count_parameters(config));
   if (config.position == nn::PositionKind::learned)

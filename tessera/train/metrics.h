@@ -6,6 +6,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -65,10 +66,19 @@ struct StepMetrics {
 
   nlohmann::json to_json() const;
   std::string console_line(int64_t max_steps) const;
+  // The record as TensorBoard scalars, tagged by group ("loss/train", "perf/mfu",
+  // "parallel/rank1/comm_ms", ...): what --tensorboard writes (tensorboard.h, docs/formats.md).
+  std::vector<std::pair<std::string, double>> scalars() const;
+  // The live line of a terminal: "step 37/1000 3.7% | loss 2.4512 | 12345 tok/s | elapsed
+  // 0:01:23 | ETA 0:35:10", with elapsed and remaining seconds from the caller.
+  std::string progress_line(int64_t max_steps, double elapsed_s, double eta_s) const;
 };
 
 // Training FLOPs per token, nanoGPT's estimate: 6 * N + 12 * L * C * T, with N the parameters
 // that take part in matmuls (all but the position embedding) and T the sequence length.
+// h:mm:ss (or "--:--" for a time not known yet: negative or not finite).
+std::string clock_text(double seconds);
+
 double flops_per_token(const nn::GPTConfig& config, int64_t seq_len);
 
 // The nominal fp32 peak of `threads` cores of this CPU in GFLOP/s: GHz (from /proc/cpuinfo)

@@ -68,6 +68,7 @@ void for_each_field(Options& o, F&& f) {
   f("checkpoint_snapshot", o.checkpoint_snapshot);
   f("checkpoint_every_local", o.checkpoint_every_local);
   f("local_dir", o.local_dir);
+  f("tensorboard", o.tensorboard);
   f("recompute", o.recompute);
   f("recompute_layers", o.recompute_layers);
   f("sample_tokens", o.sample_tokens);

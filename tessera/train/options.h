@@ -59,6 +59,9 @@ struct TrainOptions {
   // "auto": from the run's newest checkpoint that loads, passing over corrupt ones; "never";
   // or a checkpoint directory, which must load.
   std::string resume = "auto";
+  // TensorBoard event files of every logged step go here (rank 0; train/tensorboard.h); "":
+  // none.
+  std::string tensorboard;
 
   // Randomness and machine.
   uint64_t seed = 1337;  // data order and dropout masks

@@ -25,11 +25,19 @@
 #include "tessera/nn/optim/sgd.h"
 #include "tessera/train/detail/device.h"
 #include "tessera/train/detail/layout_engine.h"
+#include "tessera/train/tensorboard.h"
 #include "tessera/train/world.h"
 
 namespace tessera::train {
 
 namespace {
+
+// A terminal's carriage return and erase-line: the live progress line is redrawn in place.
+constexpr const char* kClearLine = "\r\x1b[2K";
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 namespace fs = std::filesystem;
 
@@ -303,10 +311,14 @@ void Trainer::restore_progress(const nlohmann::json& state, int64_t step, const 
   resumed_from_ = dir;
 }
 
+std::string Trainer::canonical_run_dir() const {
+  std::error_code ec;
+  return fs::weakly_canonical(fs::absolute(options_.run_dir), ec).string();
+}
+
 std::string Trainer::local_dir() const {
   if (!options_.local_dir.empty()) return options_.local_dir;
-  std::error_code ec;
-  const std::string run = fs::weakly_canonical(fs::absolute(options_.run_dir), ec).string();
+  const std::string run = canonical_run_dir();
   char hash[32];  // libstdc++'s string hash is unseeded: the same folder at every restart
   std::snprintf(hash, sizeof hash, "%016zx", std::hash<std::string>{}(run));
   const char* tmp = std::getenv("TMPDIR");
@@ -316,18 +328,16 @@ std::string Trainer::local_dir() const {
 nlohmann::json Trainer::local_fingerprint(const LocalState& state) const {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  std::error_code ec;
   nlohmann::json tensors = nlohmann::json::array();
   for (const auto& [name, t] : state.tensors)
     tensors.push_back({name, dtype_name(t.dtype()), t.shape().to_string()});
   const nlohmann::json options = options_.to_json();
   nlohmann::json data = nlohmann::json::object();
-  for (const char* key : {"train_data", "batch_size", "seq_len", "seed", "tokenizer"})
-    data[key] = options[key];
+  for (const char* key : kDataOrderOptions) data[key] = options[key];
   return {{"rank", world_->rank()},
           {"ranks", world_->size()},
           {"host", host},
-          {"run_dir", fs::weakly_canonical(fs::absolute(options_.run_dir), ec).string()},
+          {"run_dir", canonical_run_dir()},
           {"layout", engine_->layout_json()},
           {"data", data},
           {"tensors", tensors}};
@@ -373,14 +383,13 @@ bool Trainer::resume_from_local(int64_t durable_step) {
   return false;
 }
 
-std::string Trainer::save_local(bool stream) {
-  if (!writer_) writer_ = std::make_unique<nn::CheckpointWriter>();
+std::string Trainer::save_local() {
+  const nn::CheckpointWriter::Snapshot snapshot = begin_snapshot();
   LocalState live = engine_->local_state();
   const nlohmann::json fingerprint = local_fingerprint(live);
   const nlohmann::json state = checkpoint_state(live.optimizer_scalars);
-  return writer_->save_local(
-      nn::local_rank_dir(local_dir(), world_->rank()), step_, std::move(live.tensors), fingerprint,
-      state, stream ? nn::CheckpointWriter::Snapshot::stream : nn::CheckpointWriter::Snapshot::copy);
+  return writer_->save_local(nn::local_rank_dir(local_dir(), world_->rank()), step_,
+                             std::move(live.tensors), fingerprint, state, snapshot);
 }
 
 void Trainer::load(const std::string& checkpoint_dir) {
@@ -500,23 +509,26 @@ std::string Trainer::save(bool wait) {
   return (fs::path(nn::checkpoints_dir(options_.run_dir)) / nn::checkpoint_name(step_)).string();
 }
 
-bool Trainer::stream_snapshots() {
-  const bool stream = options_.checkpoint_snapshot == "stream" ||
-                      (options_.checkpoint_snapshot == "auto" && device_.is_cpu());
-  if (stream && !update_fence_set_) {
+bool Trainer::stream_snapshots() const {
+  return options_.checkpoint_snapshot == "stream" ||
+         (options_.checkpoint_snapshot == "auto" && device_.is_cpu());
+}
+
+nn::CheckpointWriter::Snapshot Trainer::begin_snapshot() {
+  if (!writer_) writer_ = std::make_unique<nn::CheckpointWriter>();
+  if (!stream_snapshots()) return nn::CheckpointWriter::Snapshot::copy;
+  if (!update_fence_set_) {
     // The write reads the live state: the next update waits until its bytes are in the file.
-    engine_->set_before_update([this] {
-      if (writer_) snapshot_wait_s_ += writer_->wait_for_snapshot();
-    });
+    engine_->set_before_update([this] { snapshot_wait_s_ += writer_->wait_for_snapshot(); });
     update_fence_set_ = true;
   }
-  return stream;
+  return nn::CheckpointWriter::Snapshot::stream;
 }
 
 std::string Trainer::save_sharded(bool wait) {
   const double allow = std::max(options_.save_timeout, options_.comm_timeout);
   const bool rank0 = world_->rank() == 0;
-  if (!writer_) writer_ = std::make_unique<nn::CheckpointWriter>();
+  const nn::CheckpointWriter::Snapshot snapshot = begin_snapshot();
   // Each rank's previous write is done (rank 0's published its set) before this save starts,
   // and a stale manifest of this step is gone before any rank writes into its directory.
   wait_for_save();
@@ -532,7 +544,6 @@ std::string Trainer::save_sharded(bool wait) {
   world_->all_reduce(nonce, parallel::CommOp::sum);
   const std::vector<double> halves = to_vector<double>(nonce);
   OwnedState owned = engine_->owned_state();
-  const bool stream = stream_snapshots();
   nn::ShardJob job;
   job.run_dir = options_.run_dir;
   job.step = step_;
@@ -545,10 +556,7 @@ std::string Trainer::save_sharded(bool wait) {
     job.keep = options_.keep_checkpoints;
     job.publish_timeout = allow;
   }
-  const std::string dir = writer_->save_shard(
-      std::move(job), stream ? nn::CheckpointWriter::Snapshot::stream
-                             : nn::CheckpointWriter::Snapshot::copy);
-  last_snapshot_ = stream ? "stream" : "copy";
+  const std::string dir = writer_->save_shard(std::move(job), snapshot);
   if (wait) {
     wait_for_save();
     world_->barrier(allow);  // rank 0 has published the set
@@ -599,15 +607,18 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
   if (out != nullptr && rank0) *out << banner() << std::flush;
   std::optional<MetricsLog> log;
   std::optional<MetricsLog> saves;
+  std::optional<TensorBoardWriter> board;
   if (rank0) {
     log.emplace(metrics_path(o));
     saves.emplace(checkpoint_log_path(o));
+    if (!o.tensorboard.empty()) board.emplace(o.tensorboard, step_);
   }
   const double save_allow = std::max(o.save_timeout, o.comm_timeout);
   auto beat = [&](const char* phase, double allow = 0) {
     if (heartbeat_) heartbeat_->beat(phase, step_, result.start_step, allow);
   };
   beat("setup");
+  const auto fit_start = std::chrono::steady_clock::now();
   while (!done()) {
     const StepMetrics m = step();
     beat("step");
@@ -615,47 +626,53 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
     if (m.val_loss) result.final_val_loss = m.val_loss;
     if (rank0) {
       log->append(m.to_json());
+      if (board) board->add_scalars(m.step, m.scalars());
+      const bool live = out != nullptr && live_progress_;
+      if (live) *out << kClearLine;
       if (out != nullptr && (m.step % o.log_every == 0 || done() || m.val_loss))
-        *out << m.console_line(o.max_steps) << "\n" << std::flush;
+        *out << m.console_line(o.max_steps) << "\n";
+      if (live) {
+        const double elapsed = seconds_since(fit_start);
+        const double per_step = elapsed / double(m.step - result.start_step);
+        *out << m.progress_line(o.max_steps, elapsed, per_step * double(o.max_steps - m.step));
+      }
+      if (out != nullptr) *out << std::flush;
     }
     const bool stopping = agree_on_stop(stop);
-    if ((o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0) || done() || stopping) {
+    const bool durable =
+        (o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0) || done() || stopping;
+    const bool local = !durable && o.checkpoint_every_local > 0 && m.step % o.checkpoint_every_local == 0;
+    if (durable || local) {
       beat("save", save_allow);
       const auto t0 = std::chrono::steady_clock::now();
-      result.checkpoint = save(o.sync_save);
+      if (durable)
+        result.checkpoint = save(o.sync_save);
+      else
+        save_local();
       const double stall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       beat("saved");
-      // What the loop spent in the save on rank 0, and what the snapshot holds beyond the state.
+      // What the loop spent in the save on rank 0, and what the snapshot copied beyond the
+      // state (nothing streamed; a gathered save in the loop uses no writer).
+      const bool gathered = durable && !sharded_checkpoints();
+      const bool streamed = !gathered && stream_snapshots();
       if (rank0)
         saves->append({{"step", m.step},
-                       {"tier", "durable"},
+                       {"tier", durable ? "durable" : "local"},
                        {"stall_ms", stall * 1e3},
-                       {"format", sharded_checkpoints() ? "sharded" : "gathered"},
-                       {"snapshot", sharded_checkpoints() ? last_snapshot_ : "copy"},
-                       {"snapshot_bytes", writer_ ? writer_->last_snapshot_bytes() : 0},
-                       {"sync", o.sync_save}});
-    } else if (o.checkpoint_every_local > 0 && m.step % o.checkpoint_every_local == 0) {
-      beat("save", save_allow);
-      const auto t0 = std::chrono::steady_clock::now();
-      const bool stream = stream_snapshots();
-      save_local(stream);
-      const double stall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      beat("saved");
-      if (rank0)
-        saves->append({{"step", m.step},
-                       {"tier", "local"},
-                       {"stall_ms", stall * 1e3},
-                       {"snapshot", stream ? "stream" : "copy"},
-                       {"snapshot_bytes", writer_->last_snapshot_bytes()}});
+                       {"format", local ? "local" : gathered ? "gathered" : "sharded"},
+                       {"snapshot", streamed ? "stream" : "copy"},
+                       {"snapshot_bytes", gathered && o.sync_save ? 0 : writer_->last_snapshot_bytes()},
+                       {"sync", durable && o.sync_save}});
     }
     if (stopping && !done()) {
       result.interrupted = true;
       if (out != nullptr && rank0)
-        *out << "interrupted after step " << m.step << ": checkpoint saved to " << result.checkpoint
+        *out << (live_progress_ ? kClearLine : "") << "interrupted after step " << m.step << ": checkpoint saved to " << result.checkpoint
              << "; run the same command to resume\n";
       break;
     }
   }
+  if (out != nullptr && live_progress_ && rank0) *out << kClearLine << std::flush;
   wait_for_save();  // the run's last checkpoint is on disk when fit returns
   result.final_step = step_;
   return result;

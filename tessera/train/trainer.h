@@ -117,6 +117,10 @@ class Trainer {
   // checkpointing every checkpoint_every steps and at the end, and stopping after the current
   // step once *stop is set on any rank (checkpointed, interrupted). Collective.
   FitResult fit(std::ostream* out = nullptr, const std::atomic<bool>* stop = nullptr);
+  // fit() keeps a live progress line (StepMetrics::progress_line) at the bottom of *out,
+  // redrawn in place after every step: for a terminal (the CLI turns it on when stdout is a
+  // TTY); a log file gets only the plain lines.
+  void set_live_progress(bool on) { live_progress_ = on; }
   // Beats (heartbeat.h) from fit(): after setup, after every step, around every save.
   void set_heartbeat(std::shared_ptr<Heartbeat> heartbeat) { heartbeat_ = std::move(heartbeat); }
 
@@ -149,12 +153,14 @@ class Trainer {
   nlohmann::json checkpoint_state(const nlohmann::json& optimizer_scalars) const;
   bool sharded_checkpoints() const;
   std::string save_sharded(bool wait);
-  // Whether saves stream from the live state (--checkpoint-snapshot); installs the engine's
-  // update fence the first time.
-  bool stream_snapshots();
+  // Whether saves stream from the live state (--checkpoint-snapshot); and, before a save, the
+  // writer and the snapshot to take, with the engine's update fence installed for a stream.
+  bool stream_snapshots() const;
+  nn::CheckpointWriter::Snapshot begin_snapshot();
   // The node-local tier: this rank's own state into local_dir(); and, at start, every rank's
-  // agreement (one all-reduce) on a local step newer than durable_step, loaded if they agree.
-  std::string save_local(bool stream);
+  // agreement (two all-reduces) on a local step newer than durable_step, loaded if they agree.
+  std::string save_local();
+  std::string canonical_run_dir() const;
   bool resume_from_local(int64_t durable_step);
   std::string local_dir() const;
   nlohmann::json local_fingerprint(const LocalState& state) const;
@@ -178,7 +184,7 @@ class Trainer {
   std::unique_ptr<nn::CheckpointWriter> writer_;  // background saves
   bool update_fence_set_ = false;  // the engine waits for a streamed snapshot before updates
   double snapshot_wait_s_ = 0;     // this step's wait
-  std::string last_snapshot_ = "copy";
+  bool live_progress_ = false;
   std::string local_note_;  // the banner's line on the node-local tier at resume
 };
 

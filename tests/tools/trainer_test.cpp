@@ -1,5 +1,6 @@
 // The training loop: exact resume, checkpoints, metrics, and option errors.
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -291,6 +292,50 @@ TEST(Trainer, OffloadFlagIsChecked) {
   const std::string fp32 = error_of([&] { Trainer t(o); });
   EXPECT_NE(fp32.find("optimizer offload needs bf16 or fp16"), std::string::npos) << fp32;
   // ZeRO 0 at dp > 1 is refused under mpiexec (train_parallel_test.sh); one GPU runs it.
+}
+
+TEST(Trainer, LiveProgressIsRedrawnInPlaceAndClearedAtTheEnd) {
+  ScratchDir dir;
+  write_corpus_shards(dir);
+  TrainOptions o = tiny_options(dir, "run");
+  o.log_every = 4;
+  std::ostringstream out;
+  Trainer t(o);
+  t.set_live_progress(true);
+  t.fit(&out);
+  const std::string s = out.str();
+  const std::string clear = "\r\x1b[2K";
+  // One redraw per step, after the erase sequence (or, on steps 4 and 8, after the plain line
+  // printed in its place), and the line erased once the loop ends.
+  for (int step = 1; step <= 8; ++step) {
+    const std::string live = (step % 4 == 0 ? std::string("\n") : clear) + "step " +
+                             std::to_string(step) + "/8 " + std::to_string(step * 100 / 8);
+    EXPECT_NE(s.find(live), std::string::npos) << "no live line for step " << step;
+  }
+  EXPECT_NE(s.find(clear + "step 4/8 | loss"), std::string::npos) << "the plain line of step 4";
+  EXPECT_EQ(s.substr(s.size() - clear.size()), clear);
+  EXPECT_NE(s.find("| ETA 0:00:"), std::string::npos);
+
+  // Without it (not a terminal) the output holds no control character.
+  std::ostringstream plain;
+  o.run_dir = dir / "plain";
+  Trainer(o).fit(&plain);
+  EXPECT_EQ(plain.str().find('\r'), std::string::npos);
+  EXPECT_EQ(plain.str().find('\x1b'), std::string::npos);
+}
+
+TEST(Metrics, ClockTextAndProgressLine) {
+  EXPECT_EQ(train::clock_text(0), "0:00:00");
+  EXPECT_EQ(train::clock_text(83.4), "0:01:23");
+  EXPECT_EQ(train::clock_text(3600 * 27 + 61), "27:01:01");
+  EXPECT_EQ(train::clock_text(-1), "--:--");
+  EXPECT_EQ(train::clock_text(std::nan("")), "--:--");
+  train::StepMetrics m;
+  m.step = 37;
+  m.loss = 2.45123;
+  m.tokens_per_s = 12345.4;
+  EXPECT_EQ(m.progress_line(1000, 83, 2110),
+            "step 37/1000 3.7% | loss 2.4512 | 12345 tok/s | elapsed 0:01:23 | ETA 0:35:10");
 }
 
 TEST(Metrics, TruncateDropsLaterAndTornLines) {

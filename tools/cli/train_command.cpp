@@ -6,6 +6,8 @@
 // out or failed, parallel::CommError; 130: stopped by Ctrl-C; 75: preempted by SIGTERM or
 // SIGUSR1, a checkpoint saved: cli/stop_signals.h).
 
+#include <unistd.h>
+
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
@@ -27,7 +29,7 @@
 #include "tessera/train/trainer.h"
 #include "tessera/train/world.h"
 #if TESSERA_HAS_MPI
-#include <mpi.h>
+#include "tessera/parallel/comm/mpi_communicator.h"
 #endif
 
 namespace tessera::cli {
@@ -70,6 +72,9 @@ const std::map<std::string, std::string>& flag_help() {
       {"run_dir", "where config.json, metrics.jsonl and checkpoints/ go"},
       {"resume", "auto (continue from the run's newest checkpoint that loads, passing over "
                  "corrupt ones), never, or a checkpoint directory"},
+      {"tensorboard",
+       "write TensorBoard event files of every step's metrics to this folder (tensorboard "
+       "--logdir it)"},
       {"seed", "seed of the data order and dropout masks"},
       {"threads", "CPU threads (0: all cores)"},
       {"device",
@@ -176,7 +181,7 @@ using train::TrainOptions;
   std::cerr.write(line.data(), std::streamsize(line.size()));
   std::cerr.flush();
 #if TESSERA_HAS_MPI
-  MPI_Abort(MPI_COMM_WORLD, status);
+  parallel::abort_mpi_job(status);
 #endif
   std::_Exit(status);
 }
@@ -211,6 +216,11 @@ int run_training(const TrainOptions& options, const StopSignals& stop) {
     if (reports) throw;
     return 1;
   }
+  // A live progress line on a terminal; plain lines only into a pipe or a file, or with
+  // TERM=dumb (an editor's shell, which does not honour the erase-line sequence).
+  const char* term = std::getenv("TERM");
+  trainer->set_live_progress(reports && isatty(STDOUT_FILENO) == 1 &&
+                             !(term != nullptr && std::string(term) == "dumb"));
   // Under `tessera launch`: beats for the supervisor, and the SIGUSR2 dump says the last one.
   const DiagnosticsDump dump;
   std::shared_ptr<train::Heartbeat> beats;
