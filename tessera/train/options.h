@@ -96,6 +96,10 @@ struct TrainOptions {
   // writes, takes save_timeout instead, so a long save never trips it.
   double comm_timeout = 600;
   double save_timeout = 3600;
+  // Seconds a rank that ends the job after a failure waits until every rank has dumped its
+  // flight recorder into <run_dir>/flight (parallel/comm/flight_watch.h). A supervisor's
+  // heartbeat timeout must exceed comm_timeout + dump_window, or it kills the job first.
+  double dump_window = 5;
   // Whether the training loop waits for each checkpoint's write (the old behaviour, and the
   // reference of bench/checkpoint_stall.sh); by default rank 0 writes in the background.
   bool sync_save = false;

@@ -43,6 +43,8 @@ std::string metrics_path(const TrainOptions& o) {
   return o.run_dir + "/metrics.jsonl";
 }
 
+std::string flight_dir(const TrainOptions& o) { return o.run_dir + "/flight"; }
+
 std::string checkpoint_log_path(const TrainOptions& o) {
   return o.run_dir + "/checkpoints.jsonl";
 }

@@ -42,6 +42,8 @@ std::string metrics_path(const TrainOptions& o);
 // <run_dir>/checkpoints.jsonl: one line per save (rank 0's stall in the loop, the format and
 // the snapshot, the bytes the snapshot holds).
 std::string checkpoint_log_path(const TrainOptions& o);
+// <run_dir>/flight: every rank's flight recorder dump, rank_N.json (parallel/comm/flight_watch.h).
+std::string flight_dir(const TrainOptions& o);
 
 struct ResumePoint {
   std::string dir;  // the checkpoint directory

@@ -23,6 +23,7 @@
 #include "tessera/nn/io/local_checkpoint.h"
 #include "tessera/nn/optim/adamw.h"
 #include "tessera/nn/optim/sgd.h"
+#include "tessera/parallel/comm/flight_watch.h"
 #include "tessera/train/detail/device.h"
 #include "tessera/train/detail/layout_engine.h"
 #include "tessera/train/tensorboard.h"
@@ -57,6 +58,7 @@ void refuse_layout_flags_on_one_process(const TrainOptions& o) {
                      : o.grad_compression != "none" ? "--grad-compression"
                      : o.comm_timeout != TrainOptions().comm_timeout ? "--comm-timeout"
                      : o.save_timeout != TrainOptions().save_timeout ? "--save-timeout"
+                     : o.dump_window != TrainOptions().dump_window   ? "--dump-window"
                                                                      : nullptr;
   if (flag != nullptr)
     refuse(flag, " applies to a parallel layout (--dp/--tp/--pp under mpiexec); this run is one ",
@@ -247,6 +249,10 @@ void Trainer::init_common() {
            "(several ranks, or --checkpoint-format sharded) and the node-local tier; this run ",
            "saves gathered ones only");
   fs::create_directories(o.run_dir);
+  // Every rank's flight recorder dumps into <run_dir>/flight when a call fails, a peer asks
+  // or SIGUSR2 comes (parallel/comm/flight_watch.h); `tessera diagnose` merges the dumps.
+  if (world_->size() > 1)
+    flight_watch_ = std::make_unique<parallel::FlightWatch>(*world_, flight_dir(o));
   tokenizer_ = data::load_tokenizer(o.tokenizer);
   const int threads = num_threads();
   if (o.peak_gflops > 0) {
@@ -570,6 +576,12 @@ bool Trainer::agree_on_stop(const std::atomic<bool>* stop) {
   Tensor flag = from_vector<double>({mine ? 1.0 : 0.0}, Shape{1});
   world_->all_reduce(flag, parallel::CommOp::max);
   return flag.item<double>() > 0;
+}
+
+std::vector<int> Trainer::dump_flight_and_wait(const std::string& reason, double seconds) {
+  if (!flight_watch_) return {};
+  flight_watch_->dump_and_request(reason);
+  return flight_watch_->wait_for_dumps(seconds);
 }
 
 std::string Trainer::banner() const {

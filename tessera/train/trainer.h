@@ -48,6 +48,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tessera/data/loader.h"
 #include "tessera/data/tokenizer.h"
@@ -60,6 +61,10 @@
 #include "tessera/nn/io/checkpoint_writer.h"
 #include "tessera/train/heartbeat.h"
 #include "tessera/train/step_engine.h"
+
+namespace tessera::parallel {
+class FlightWatch;
+}
 
 namespace tessera::train {
 
@@ -121,6 +126,11 @@ class Trainer {
   // redrawn in place after every step: for a terminal (the CLI turns it on when stdout is a
   // TTY); a log file gets only the plain lines.
   void set_live_progress(bool on) { live_progress_ = on; }
+  // On several ranks: dumps this rank's flight recorder to <run_dir>/flight, asks every other
+  // rank to dump too, and waits up to `seconds` for them (the recorder dumped already when a
+  // call failed; this adds the request for an error of another kind). Returns the ranks whose
+  // dump did not come; {} on one process.
+  std::vector<int> dump_flight_and_wait(const std::string& reason, double seconds);
   // Beats (heartbeat.h) from fit(): after setup, after every step, around every save.
   void set_heartbeat(std::shared_ptr<Heartbeat> heartbeat) { heartbeat_ = std::move(heartbeat); }
 
@@ -181,6 +191,7 @@ class Trainer {
   std::string skipped_checkpoints_;  // describe_skipped's lines, for the banner
   bool custom_model_ = false;
   std::shared_ptr<Heartbeat> heartbeat_;
+  std::unique_ptr<parallel::FlightWatch> flight_watch_;
   std::unique_ptr<nn::CheckpointWriter> writer_;  // background saves
   bool update_fence_set_ = false;  // the engine waits for a streamed snapshot before updates
   double snapshot_wait_s_ = 0;     // this step's wait

@@ -34,7 +34,7 @@ steps=30
 model='{"n_layer": 2, "n_head": 2, "n_kv_head": 2, "n_embd": 32, "block_size": 16, "dropout": 0.1}'
 common=(train --train-data "$dir/data/data_train_*.bin" --model "$model" --batch-size 4
         --seq-len 16 --lr 3e-3 --warmup-steps 1 --threads 1 --max-steps $steps
-        --keep-checkpoints 0 --sample-tokens 0 --comm-timeout 3)
+        --keep-checkpoints 0 --sample-tokens 0 --comm-timeout 3 --dump-window 1)
 supervise=("$tessera" launch --heartbeat-timeout 8 --dump-window 2 --max-restarts 3)
 fail() { echo "FAIL: $*" >&2; exit 1; }
 job=
@@ -133,6 +133,11 @@ hang)
   grep -q '"cause":"the job exited with status 124"' "$run/restarts.jsonl" ||
     fail "hang (one rank): not ended by the collective timeout"
   same "$dir/unbroken_dp2" "$run" "hang (one rank)"
+  # Rank 0's call timed out and it dumped its flight recorder; the stopped rank could not.
+  "$tessera" diagnose "$run" >"$run.diagnose" && fail "hang (one rank): diagnose found no hang"
+  grep -qx "rank 1 left no dump (it died, or did not dump within the dump window)" "$run.diagnose" &&
+    grep -Eqx "group world\[0,1\] [a-z_]+ #[0-9]+ \([0-9.]+ k?B [a-z0-9]+, step 8\): every rank that dumped joined it; rank 1 left no dump" \
+      "$run.diagnose" || { cat "$run.diagnose" >&2; fail "hang (one rank): diagnose verdict"; }
   echo "hang, one rank stopped: ended by the collective timeout, restarted; bit-identical"
   run=$dir/hang_all
   launch_bg dp2 "$run" TESSERA_FAULT=hang:all@8
@@ -149,6 +154,14 @@ hang)
     grep -q "SIGUSR2 diagnostics: last heartbeat rank $r (pid [0-9]* on .*): phase step, step 8$" \
       "$run.log" || { cat "$run.log" >&2; fail "hang (all ranks): no SIGUSR2 dump from rank $r"; }
   done
+  # SIGUSR2 made every rank dump its flight recorder too: none was inside a call.
+  "$tessera" diagnose "$run" >"$run.diagnose" ||
+    { cat "$run.diagnose" >&2; fail "hang (all ranks): diagnose reported a hang in communication"; }
+  for r in 0 1; do
+    grep -Eq "^  rank $r \(.*\): [0-9]+ calls; SIGUSR2$" "$run.diagnose" ||
+      { cat "$run.diagnose" >&2; fail "hang (all ranks): no SIGUSR2 flight dump from rank $r"; }
+  done
+  grep -q "^no hang in communication" "$run.diagnose" || fail "hang (all ranks): diagnose verdict"
   finish "$run" "hang (all ranks)"
   same "$dir/unbroken_dp2" "$run" "hang (all ranks)"
   echo "hang, the whole job stopped: restart logged $took_ms ms later (timeout 8 s + dump window 2 s); bit-identical" ;;
@@ -206,8 +219,9 @@ probe)
   echo "probe: $(grep '^preflight: rank 1' "$dir/probe.log" | cut -c1-80)..." ;;
 one)
   run=$dir/one
-  # common without its --comm-timeout 3 (its last two words): one process refuses the flag.
-  "${supervise[@]}" -- "$tessera" "${common[@]:0:${#common[@]}-2}" --checkpoint-every 10 \
+  # common without its --comm-timeout 3 --dump-window 1 (its last four words): one process
+  # refuses the flags.
+  "${supervise[@]}" -- "$tessera" "${common[@]:0:${#common[@]}-4}" --checkpoint-every 10 \
     --run-dir "$run" >"$run.log" 2>&1 || { cat "$run.log" >&2; fail "one: launch failed"; }
   grep -q "the job finished after 0 restarts" "$run.log" || fail "one: no finish line"
   echo "one: a single process under launch --heartbeat-timeout 8 ran to the end" ;;

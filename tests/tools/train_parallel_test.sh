@@ -75,7 +75,7 @@ echo "mpiexec -n 1 and a plain run: losses, norms and validation losses bit-iden
 
 # A layout flag on one process is refused in one line (exit 2), never ignored.
 for flag in "--zero 1" "--microbatches 2" "--schedule gpipe" "--virtual-stages 2" \
-            "--sequence-parallel"; do
+            "--sequence-parallel" "--comm-timeout 30" "--dump-window 2"; do
   set +e
   "$tessera" train "${common[@]}" --max-steps 1 --run-dir "$dir/refused" $flag >/dev/null \
     2>"$dir/refused.err"

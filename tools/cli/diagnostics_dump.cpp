@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "tessera/parallel/comm/flight_watch.h"
+
 namespace tessera::cli {
 
 namespace {
@@ -34,6 +36,7 @@ void on_dump(int) {
   out[n++] = '\n';
   const ssize_t ignored = ::write(STDERR_FILENO, out, n);
   (void)ignored;
+  parallel::FlightWatch::request_from_signal();  // the watch thread dumps the ring
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // SIGUSR2 asks a rank of `tessera train` for its diagnostics: the handler writes one line to
 // stderr, from a buffer the training loop keeps current, so that it works while the rank is
 // stuck anywhere (inside a collective, a kernel, a write). `tessera launch` sends it before it
-// kills a stuck job. The observability work adds a flight recorder's dump to the same signal.
+// kills a stuck job. The same signal makes the rank's flight watch dump its flight recorder
+// into <run_dir>/flight (parallel/comm/flight_watch.h).
 
 #include <string>
 

@@ -110,10 +110,13 @@ const std::map<std::string, std::string>& flag_help() {
        "(ZeRO-Offload; --device cuda, bf16 or fp16, ZeRO 1-3)"},
       {"comm_timeout",
        "seconds a collective may wait before the job ends with exit status 124 (several "
-       "ranks; keep it below a supervisor's heartbeat timeout)"},
+       "ranks; keep it plus --dump-window below a supervisor's heartbeat timeout)"},
       {"save_timeout",
        "seconds the ranks wait for a checkpoint save to finish (it replaces --comm-timeout "
        "for that wait)"},
+      {"dump_window",
+       "seconds a rank that ends the job after a failure waits for every rank's flight "
+       "recorder dump in <run-dir>/flight (several ranks; tessera diagnose reads them)"},
       {"sync_save",
        "write each checkpoint before training goes on (default: it is written in the "
        "background; the loop waits only for a copy of the state)"},
@@ -176,14 +179,27 @@ using train::TrainOptions;
 // Once training runs, a rank may fail alone (a file it writes, a collective timing out) while
 // the others wait on it: say which rank in one write (so that ranks failing at once print whole
 // lines), and end the whole job.
-[[noreturn]] void abort_job(int rank, const char* what, int status) {
-  const std::string line = str_cat("tessera train: rank ", rank, ": ", what, "\n");
+[[noreturn]] void abort_job(int rank, const std::string& what, int status,
+                            const std::string& note = "") {
+  std::string line = str_cat("tessera train: rank ", rank, ": ", what, "\n");
+  if (!note.empty()) line += str_cat("tessera train: rank ", rank, ": ", note, "\n");
   std::cerr.write(line.data(), std::streamsize(line.size()));
   std::cerr.flush();
 #if TESSERA_HAS_MPI
   parallel::abort_mpi_job(status);
 #endif
   std::_Exit(status);
+}
+
+// What the abort line adds on several ranks: where the flight recorder dumps are, and which
+// ranks did not dump within the window.
+std::string flight_note(const TrainOptions& o, const std::vector<int>& missing) {
+  std::string note = str_cat("flight recorder dumps in ", train::flight_dir(o));
+  if (!missing.empty()) {
+    note += ", none within " + str_cat(o.dump_window) + " s from rank";
+    for (size_t i = 0; i < missing.size(); ++i) note += (i ? ", " : " ") + std::to_string(missing[i]);
+  }
+  return note + " (tessera diagnose " + o.run_dir + ")";
 }
 
 // The stop signal every rank ends on: the highest any rank received (SIGTERM and SIGUSR1,
@@ -264,11 +280,19 @@ int run_training(const TrainOptions& options, const StopSignals& stop) {
       }
     }
   } catch (const parallel::CommError& e) {
-    // The group is broken (comm_health.h): no collective can end the job cleanly.
-    abort_job(trainer->world().rank(), e.what(), finish(kCommFailedExit));
+    // The group is broken (comm_health.h): no collective can end the job cleanly. The failing
+    // call dumped this rank's flight recorder and asked the others to; they get the window.
+    const std::vector<int> missing =
+        trainer->dump_flight_and_wait(e.what(), options.dump_window);
+    abort_job(trainer->world().rank(), e.what(), finish(kCommFailedExit),
+              flight_note(options, missing));
   } catch (const std::exception& e) {
     finish(kTrainFailedExit);
-    if (trainer->world().size() > 1) abort_job(trainer->world().rank(), e.what(), 1);
+    if (trainer->world().size() > 1) {
+      const std::vector<int> missing =
+          trainer->dump_flight_and_wait(e.what(), options.dump_window);
+      abort_job(trainer->world().rank(), e.what(), 1, flight_note(options, missing));
+    }
     throw;
   }
   if (!r.interrupted) return finish(0);

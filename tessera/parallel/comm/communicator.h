@@ -9,14 +9,20 @@
 // time, or fails in the transport, throws CommError naming the rank, group, collective and
 // training step, and leaves its group and every group split from the same world broken: later
 // calls throw at once (comm_health.h). The library never ends the process; its caller does.
+//
+// Every call on a group of more than one rank is recorded in the rank's flight recorder
+// (flight_recorder.h): queued when issued, started when a wait blocks on it, completed or
+// failed. A group and every group split from it share one recorder.
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "tessera/core/tensor.h"
 #include "tessera/parallel/comm/comm_health.h"
+#include "tessera/parallel/comm/flight_recorder.h"
 #include "tessera/parallel/comm/traffic.h"
 
 namespace tessera::parallel {
@@ -59,6 +65,9 @@ struct CommOptions {
   // (comm/detail/mpi_exchange.h), larger ones through MPI's collectives. The bits are the
   // same either way.
   int mpi_exchange_max_ranks = 16;
+  // Whether calls are recorded in the flight recorder (on by default: its cost is measured in
+  // bench/bench_flight_recorder.cpp; off is the reference it is measured against).
+  bool record_flight = true;
 };
 
 class Communicator {
@@ -102,8 +111,8 @@ class Communicator {
   virtual bool transfers_in_issue_order() const { return false; }
 
   // The group of ranks that passed the same color, ordered by key (collective over this
-  // group). The child shares this communicator's step counter and options.
-  virtual std::shared_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
+  // group). The child shares this communicator's step counter, options and flight recorder.
+  std::shared_ptr<Communicator> split(int color, int key, const std::string& name);
 
   // The training step named in timeout messages (shared with every split of this group).
   void set_step(int64_t step) { step_->store(step); }
@@ -122,6 +131,12 @@ class Communicator {
   CommTraffic& traffic() const { return *traffic_; }
   const std::shared_ptr<CommTraffic>& shared_traffic() const { return traffic_; }
 
+  // This rank's record of its calls, shared with every group split from this one (created on
+  // first use). flight_key() names this group instance alike on every member: "world",
+  // "world/dp:1" (the split's name and this rank's color).
+  const std::shared_ptr<FlightRecorder>& flight_recorder();
+  std::string flight_key() const { return flight_key_.empty() ? name_ : flight_key_; }
+
  protected:
   // step, traffic and health: a parent's, for a split (null: this group starts its own).
   Communicator(std::string name, CommOptions options,
@@ -131,6 +146,7 @@ class Communicator {
 
   // Implementations get validated arguments (defined, contiguous, on a supported device,
   // sizes consistent).
+  virtual std::shared_ptr<Communicator> do_split(int color, int key, const std::string& name) = 0;
   virtual std::shared_ptr<Work> do_all_reduce(const Tensor& x, CommOp op) = 0;
   virtual std::shared_ptr<Work> do_reduce_scatter(const Tensor& in, const Tensor& out,
                                                   CommOp op) = 0;
@@ -151,9 +167,24 @@ class Communicator {
   std::shared_ptr<CommHealth> health_;
   // False for a wrapper whose calls the wrapped group counts already.
   bool counts_traffic_ = true;
+  // False for a wrapper whose calls the wrapped group records already; it shares that group's
+  // recorder (set_flight_recorder).
+  bool records_flight_ = true;
+  void set_flight_recorder(std::shared_ptr<FlightRecorder> recorder);
 
  private:
   void count(CommKind kind, const Tensor& message);
+  // Records the call, issues it, and returns its Work wrapped so that waits and tests move
+  // the record along. bytes: the message as traffic.h counts it.
+  template <class Issue>
+  std::shared_ptr<Work> recorded(const char* op, const char* reduce, int64_t bytes,
+                                 const Tensor& x, int peer, Issue&& issue);
+  int flight_group();
+
+  std::once_flag recorder_once_, group_once_;
+  std::shared_ptr<FlightRecorder> recorder_;
+  std::string flight_key_;  // "" for a group made by no split: then its name
+  int flight_group_ = -1;
 };
 
 }  // namespace tessera::parallel

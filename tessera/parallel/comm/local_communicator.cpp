@@ -5,7 +5,7 @@
 
 namespace tessera::parallel {
 
-std::shared_ptr<Communicator> LocalCommunicator::split(int, int, const std::string& name) {
+std::shared_ptr<Communicator> LocalCommunicator::do_split(int, int, const std::string& name) {
   return std::make_shared<LocalCommunicator>(name, options_, step_, traffic_);
 }
 

@@ -14,7 +14,7 @@ class LocalCommunicator final : public Communicator {
       : Communicator(std::move(name), options, std::move(step), std::move(traffic)) {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
+  std::shared_ptr<Communicator> do_split(int color, int key, const std::string& name) override;
 
  protected:
   std::shared_ptr<Work> do_all_reduce(const Tensor& x, CommOp op) override;

@@ -74,8 +74,7 @@ class MpiWork final : public Work {
     while (next_ <= phases_.size()) {
       int done = 0;
       if (!requests_.empty())
-        check_mpi(MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE),
-                  "MPI_Testall");
+        test_all(&done);
       else
         done = 1;
       if (!done) return false;
@@ -97,6 +96,18 @@ class MpiWork final : public Work {
 
  private:
   void advance() { requests_ = phases_[next_++](); }
+
+  // MPI_Testall; a failed request (errors return: MpiCommunicator::world) is reported by its
+  // own error, e.g. "Message truncated" when ranks disagree on a collective's size.
+  void test_all(int* done) {
+    statuses_.resize(requests_.size());
+    const int rc = MPI_Testall(int(requests_.size()), requests_.data(), done, statuses_.data());
+    if (rc == MPI_ERR_IN_STATUS)
+      for (const MPI_Status& st : statuses_)
+        if (st.MPI_ERROR != MPI_SUCCESS && st.MPI_ERROR != MPI_ERR_PENDING)
+          check_mpi(st.MPI_ERROR, "MPI_Testall");
+    check_mpi(rc, "MPI_Testall");
+  }
 
   // The posted requests may still write into the buffers (MPI cannot cancel a collective):
   // they and the requests are kept to the end of the process, and never completed.
@@ -120,6 +131,7 @@ class MpiWork final : public Work {
   std::vector<Tensor> keep_;
   std::chrono::steady_clock::time_point start_;
   std::vector<MPI_Request> requests_;
+  std::vector<MPI_Status> statuses_;
   size_t next_ = 0;
 };
 
@@ -246,6 +258,11 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::world(CommOptions options) {
   TESSERA_CHECK(initialized, "MpiCommunicator::world: MPI is not initialised; create a ",
                 "tessera::parallel::MpiSession in main() first");
   options.wait = resolve_wait(options.wait);
+  // A failing call (a message longer than its receive, as from ranks that disagree on a
+  // collective) returns its error, which the wait turns into CommError naming the call, instead
+  // of MPI's default of aborting the job on the spot, before any rank could say why. Splits
+  // inherit the handler.
+  check_mpi(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   return std::shared_ptr<MpiCommunicator>(
       new MpiCommunicator(MPI_COMM_WORLD, false, "world", options, nullptr, nullptr, nullptr));
 }
@@ -276,7 +293,7 @@ MpiCommunicator::~MpiCommunicator() {
   if (owned_ && !finalized) MPI_Comm_free(&comm_);
 }
 
-std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
+std::shared_ptr<Communicator> MpiCommunicator::do_split(int color, int key, const std::string& name) {
   MPI_Comm child;
   check_mpi(MPI_Comm_split(comm_, color, key, &child), "MPI_Comm_split");
   return std::shared_ptr<MpiCommunicator>(

@@ -53,7 +53,7 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
+  std::shared_ptr<Communicator> do_split(int color, int key, const std::string& name) override;
   MPI_Comm comm() const { return comm_; }
 
  protected:

@@ -254,7 +254,7 @@ void NcclCommunicator::plant_missing_wait(bool planted) {
   g_missing_wait_planted.store(planted);
 }
 
-std::shared_ptr<Communicator> NcclCommunicator::split(int color, int key, const std::string& name) {
+std::shared_ptr<Communicator> NcclCommunicator::do_split(int color, int key, const std::string& name) {
   TESSERA_CHECK(color >= 0, "split of group ", name_, " into ", name,
                 ": color must be non-negative, got ", color);
   order_->compute_stream();  // makes the device current on this thread

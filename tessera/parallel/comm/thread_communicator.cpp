@@ -375,7 +375,7 @@ void ThreadCommunicator::do_barrier(double timeout_seconds) {
       .wait();
 }
 
-std::shared_ptr<Communicator> ThreadCommunicator::split(int color, int key,
+std::shared_ptr<Communicator> ThreadCommunicator::do_split(int color, int key,
                                                         const std::string& name) {
   Call c(Kind::split);
   c.color = color;

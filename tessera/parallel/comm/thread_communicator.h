@@ -56,7 +56,7 @@ class ThreadCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override;
-  std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
+  std::shared_ptr<Communicator> do_split(int color, int key, const std::string& name) override;
 
   // Marks the whole world (this group, its parent and every split) failed by this rank: every
   // wait on any rank that is not complete, now or later, throws "rank k failed: why". The

@@ -43,6 +43,8 @@ TimedCommunicator::TimedCommunicator(std::shared_ptr<Communicator> inner,
       clock_(clock ? std::move(clock) : std::make_shared<CommClock>()) {
   TESSERA_CHECK(inner_ != nullptr, "TimedCommunicator: the wrapped communicator is null");
   counts_traffic_ = false;  // the wrapped group counts every call forwarded to it
+  records_flight_ = false;  // and records it
+  set_flight_recorder(inner_->flight_recorder());
 }
 
 void TimedCommunicator::do_barrier(double timeout_seconds) {
@@ -51,7 +53,7 @@ void TimedCommunicator::do_barrier(double timeout_seconds) {
   clock_->add(since(start));
 }
 
-std::shared_ptr<Communicator> TimedCommunicator::split(int color, int key,
+std::shared_ptr<Communicator> TimedCommunicator::do_split(int color, int key,
                                                        const std::string& name) {
   return std::make_shared<TimedCommunicator>(inner_->split(color, key, name), clock_);
 }

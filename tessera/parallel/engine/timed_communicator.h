@@ -37,7 +37,7 @@ class TimedCommunicator final : public Communicator {
   int size() const override { return inner_->size(); }
   bool transfers_in_issue_order() const override { return inner_->transfers_in_issue_order(); }
   // Splits the wrapped group and wraps the child with the same clock.
-  std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
+  std::shared_ptr<Communicator> do_split(int color, int key, const std::string& name) override;
 
   const std::shared_ptr<Communicator>& inner() const { return inner_; }
   const std::shared_ptr<CommClock>& clock() const { return clock_; }

@@ -67,7 +67,7 @@ class NcclCommunicator final : public Communicator {
   // that missing wait into wrong results (tests/parallel/nccl_sim_test.cpp).
   static void plant_missing_wait(bool planted);
   // ncclCommSplit: collective over this group; the child keeps the wait mode and options.
-  std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override;
+  std::shared_ptr<Communicator> do_split(int color, int key, const std::string& name) override;
 
  protected:
   std::shared_ptr<Work> do_all_reduce(const Tensor& x, CommOp op) override;

@@ -43,7 +43,7 @@ void poll_until_done(Done&& done, double timeout_seconds,
       throw;  // already names the group's failure
     } catch (const std::exception& e) {
       abandon();
-      health.fail(e.what());
+      health.fail(str_cat(e.what(), ": ", describe()));
     }
     if (finished) return;
     ++spins;
