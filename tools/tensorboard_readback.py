@@ -44,6 +44,8 @@ def as_float32(x):
 def expected_of(line, tag):
     if tag in TAGS:
         return line.get(TAGS[tag])
+    if tag.startswith("phase/"):  # metrics.jsonl's "phases" object
+        return line.get("phases", {}).get(tag[len("phase/"):])
     parts = tag.split("/")  # parallel/rankN/<key>
     if len(parts) == 3 and parts[0] == "parallel" and parts[1].startswith("rank"):
         ranks = line.get("ranks", [])

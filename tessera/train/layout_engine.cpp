@@ -32,6 +32,9 @@ EngineStep LayoutEngine::step(const Tensor& inputs, const Tensor& targets) {
   out.skipped = s.skipped;
   out.seconds = s.seconds;
   out.comm_seconds = s.comm_seconds;
+  out.forward_seconds = s.forward_seconds;
+  out.backward_seconds = s.backward_seconds;
+  out.optimizer_seconds = s.optimizer_seconds;
   out.comm_bytes = s.comm_wire_bytes;
   out.bubble = s.bubble;
   out.memory = s.memory;

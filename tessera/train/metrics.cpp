@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,8 +15,23 @@
 
 namespace tessera::train {
 
+double PhaseTimes::busy_compute_ms(double comm_ms) const {
+  return std::max(0.0, step_ms - comm_ms);
+}
+
+namespace {
+
+nlohmann::json phases_json(const PhaseTimes& p) {
+  return {{"data_ms", p.data_ms},         {"forward_ms", p.forward_ms},
+          {"backward_ms", p.backward_ms}, {"optimizer_ms", p.optimizer_ms},
+          {"step_ms", p.step_ms}};
+}
+
+}  // namespace
+
 nlohmann::json RankMetrics::to_json() const {
   return {{"comm_ms", comm_ms},
+          {"phases", phases_json(phases)},
           {"comm_bytes", comm_bytes},
           {"param_bytes", parameter_bytes},
           {"grad_bytes", gradient_bytes},
@@ -39,6 +55,12 @@ nlohmann::json StepMetrics::to_json() const {
                       {"rss_bytes", rss_bytes}};
   if (val_loss) j["val_loss"] = *val_loss;
   if (snapshot_wait_ms) j["snapshot_wait_ms"] = *snapshot_wait_ms;
+  j["time"] = time;
+  nlohmann::json phase = phases_json(phases);
+  phase["comm_ms"] = comm_ms;
+  phase["checkpoint_ms"] = checkpoint_ms;
+  j["phases"] = phase;
+  if (!stragglers.empty()) j["stragglers"] = stragglers;
   j["precision"] = precision;
   if (loss_scale) {
     j["loss_scale"] = *loss_scale;
@@ -98,6 +120,12 @@ std::vector<std::pair<std::string, double>> StepMetrics::scalars() const {
       {"memory/peak_bytes", double(peak_bytes)},
       {"memory/rss_bytes", double(rss_bytes)}};
   if (val_loss) s.emplace_back("loss/val", *val_loss);
+  s.insert(s.end(), {{"phase/data_ms", phases.data_ms},
+                     {"phase/forward_ms", phases.forward_ms},
+                     {"phase/backward_ms", phases.backward_ms},
+                     {"phase/optimizer_ms", phases.optimizer_ms},
+                     {"phase/comm_ms", comm_ms},
+                     {"phase/checkpoint_ms", checkpoint_ms}});
   if (snapshot_wait_ms) s.emplace_back("checkpoint/snapshot_wait_ms", *snapshot_wait_ms);
   if (loss_scale) {
     s.emplace_back("fp16/loss_scale", *loss_scale);

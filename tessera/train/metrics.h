@@ -18,6 +18,15 @@ namespace tessera::train {
 // The version of metrics.jsonl's lines (each carries "metrics_version"; docs/formats.md).
 inline constexpr int64_t kMetricsVersion = 1;
 
+// One rank's step by phase, in milliseconds. forward, backward and optimizer each include the
+// communication the rank blocked in during it; comm_ms is that communication's sum, so a rank's
+// own (busy) compute is step_ms - comm_ms, and its data loading data_ms.
+struct PhaseTimes {
+  double data_ms = 0, forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
+  double step_ms = 0;  // the engine's step, from the batch in hand to the update done
+  double busy_compute_ms(double comm_ms) const;
+};
+
 // Bytes one rank holds under a parallel layout (the engine's RankMemory) and its time blocked
 // in communication this step.
 struct RankMetrics {
@@ -32,6 +41,7 @@ struct RankMetrics {
   int64_t device_peak_bytes = 0;
   // --offload optimizer: host bytes of the master shard, moments and transfer buffers.
   int64_t host_optimizer_bytes = 0;
+  PhaseTimes phases;
 
   nlohmann::json to_json() const;
 };
@@ -63,6 +73,14 @@ struct StepMetrics {
   // A checkpoint streamed from the live state: how long this step's update waited for its
   // bytes to be written (this rank's; 0 when the write finished during forward and backward).
   std::optional<double> snapshot_wait_ms;
+  // When the step ended (Unix seconds), this rank's phases and exposed communication, and the
+  // stall of the checkpoint saved after it (rank 0's, 0 when none).
+  double time = 0;
+  PhaseTimes phases;
+  double comm_ms = 0;
+  double checkpoint_ms = 0;
+  // Stragglers flagged at this step (stragglers.h): one line each.
+  std::vector<std::string> stragglers;
 
   nlohmann::json to_json() const;
   std::string console_line(int64_t max_steps) const;

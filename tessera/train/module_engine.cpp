@@ -71,13 +71,17 @@ EngineStep ModuleEngine::step(const Tensor& inputs, const Tensor& targets) {
         ops::to(ops::contiguous(ops::narrow(inputs, 0, m * rows, rows)), config_.device);
     const Tensor y =
         ops::to(ops::contiguous(ops::narrow(targets, 0, m * rows, rows)), config_.device);
+    const Clock::time_point f0 = Clock::now();
     Tensor loss = parts_.loss(net(), x, y, step_);
     // The micro-batch's weight (1 unless targets are ignored unevenly) and the 1 / M average.
     const double scale = weights[size_t(m)] / M;
     loss_sum += loss.item<float>() * weights[size_t(m)];
     if (scale != 1.0) loss = mul(loss, scale);
+    const Clock::time_point b0 = Clock::now();
+    out.forward_seconds += std::chrono::duration<double>(b0 - f0).count();
     precision_->scale_loss(loss).backward();
     precision_->accumulate_grads();
+    out.backward_seconds += std::chrono::duration<double>(Clock::now() - b0).count();
   }
   out.memory.activations = std::max<int64_t>(0, alloc.stats().peak_bytes - live_before);
   if (world_->size() > 1) {
@@ -90,11 +94,14 @@ EngineStep ModuleEngine::step(const Tensor& inputs, const Tensor& targets) {
       world_->all_reduce(p.grad(), parallel::CommOp::avg);
     }
     out.comm_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    out.backward_seconds += out.comm_seconds;  // the gradients' reduction ends the backward
     out.comm_bytes = world_->traffic().total_wire_bytes() - sent_before;
   }
   if (before_update_) before_update_();
+  const Clock::time_point u0 = Clock::now();
   const nn::PrecisionStep ps = precision_->step(*parts_.optimizer, config_.max_grad_norm);
   parts_.optimizer->zero_grad();
+  out.optimizer_seconds = std::chrono::duration<double>(Clock::now() - u0).count();
   out.loss = world_average(loss_sum / M);
   out.grad_norm = ps.grad_norm;
   out.loss_scale = ps.loss_scale;

@@ -64,6 +64,7 @@ void for_each_field(Options& o, F&& f) {
   f("comm_timeout", o.comm_timeout);
   f("save_timeout", o.save_timeout);
   f("dump_window", o.dump_window);
+  f("straggler_every", o.straggler_every);
   f("sync_save", o.sync_save);
   f("checkpoint_format", o.checkpoint_format);
   f("checkpoint_snapshot", o.checkpoint_snapshot);
@@ -199,6 +200,8 @@ void TrainOptions::validate() const {
                 "off), got ", checkpoint_every_local);
   TESSERA_CHECK(local_dir.empty() || checkpoint_every_local > 0, "train: --local-dir is where ",
                 "--checkpoint-every-local writes; that is 0 (off)");
+  TESSERA_CHECK(straggler_every >= 0, "train: --straggler-every must be >= 0 steps (0: off), got ",
+                straggler_every);
   TESSERA_CHECK(std::isfinite(dump_window) && dump_window >= 0 && dump_window <= 3600,
                 "train: --dump-window must be between 0 and 3600 seconds, got ", dump_window);
   TESSERA_CHECK(std::isfinite(bucket_mb) && bucket_mb >= 0,

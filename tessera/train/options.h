@@ -100,6 +100,9 @@ struct TrainOptions {
   // flight recorder into <run_dir>/flight (parallel/comm/flight_watch.h). A supervisor's
   // heartbeat timeout must exceed comm_timeout + dump_window, or it kills the job first.
   double dump_window = 5;
+  // Every N steps rank 0 compares the ranks' busy time per phase and names a straggler
+  // (train/stragglers.h); 0: off. Several ranks only.
+  int64_t straggler_every = 10;
   // Whether the training loop waits for each checkpoint's write (the old behaviour, and the
   // reference of bench/checkpoint_stall.sh); by default rank 0 writes in the background.
   bool sync_save = false;

@@ -37,6 +37,8 @@ struct EngineStep {
   bool skipped = false;   // fp16 overflow: nothing was updated
   double seconds = 0;     // wall time on this rank
   double comm_seconds = 0;
+  // The wall time by phase (each including the communication it blocked in).
+  double forward_seconds = 0, backward_seconds = 0, optimizer_seconds = 0;
   int64_t comm_bytes = 0;  // what this rank sent over every group, as a ring sends it
   double bubble = 0;  // the pipeline's measured idle / busy (LayoutEngine, pp > 1)
   parallel::RankMemory memory;

@@ -12,6 +12,7 @@
 #include <ostream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "tessera/core/allocator.h"
 #include "tessera/core/threads.h"
@@ -59,6 +60,7 @@ void refuse_layout_flags_on_one_process(const TrainOptions& o) {
                      : o.comm_timeout != TrainOptions().comm_timeout ? "--comm-timeout"
                      : o.save_timeout != TrainOptions().save_timeout ? "--save-timeout"
                      : o.dump_window != TrainOptions().dump_window   ? "--dump-window"
+                     : o.straggler_every != TrainOptions().straggler_every ? "--straggler-every"
                                                                      : nullptr;
   if (flag != nullptr)
     refuse(flag, " applies to a parallel layout (--dp/--tp/--pp under mpiexec); this run is one ",
@@ -253,6 +255,8 @@ void Trainer::init_common() {
   // or SIGUSR2 comes (parallel/comm/flight_watch.h); `tessera diagnose` merges the dumps.
   if (world_->size() > 1)
     flight_watch_ = std::make_unique<parallel::FlightWatch>(*world_, flight_dir(o));
+  if (world_->size() > 1 && world_->rank() == 0 && o.straggler_every > 0)
+    stragglers_.emplace(StragglerOptions{.interval = o.straggler_every});
   tokenizer_ = data::load_tokenizer(o.tokenizer);
   const int threads = num_threads();
   if (o.peak_gflops > 0) {
@@ -407,13 +411,16 @@ data::Batch Trainer::next_rows() {
   return train_->next();
 }
 
-std::vector<RankMetrics> Trainer::gather_rank_metrics(const EngineStep& s) {
-  constexpr int64_t kFields = 9;
+std::vector<RankMetrics> Trainer::gather_rank_metrics(const EngineStep& s,
+                                                      const PhaseTimes& phases) {
+  constexpr int64_t kFields = 14;
   const AllocatorStats device = allocator_for(device_).stats();
   Tensor mine = from_vector<double>(
       {s.comm_seconds * 1e3, double(s.comm_bytes), double(s.memory.parameters),
        double(s.memory.gradients), double(s.memory.optimizer_state), double(s.memory.activations),
-       double(device.live_bytes), double(device.peak_bytes), double(s.memory.offloaded)},
+       double(device.live_bytes), double(device.peak_bytes), double(s.memory.offloaded),
+       phases.data_ms, phases.forward_ms, phases.backward_ms, phases.optimizer_ms,
+       phases.step_ms},
       Shape{kFields});
   Tensor all = zeros(Shape{world_->size() * kFields}, DType::f64);
   world_->all_gather(mine, all);
@@ -422,7 +429,8 @@ std::vector<RankMetrics> Trainer::gather_rank_metrics(const EngineStep& s) {
   for (size_t r = 0; r < ranks.size(); ++r) {
     const double* f = v.data() + r * kFields;
     ranks[r] = {f[0],          int64_t(f[1]), int64_t(f[2]), int64_t(f[3]), int64_t(f[4]),
-                int64_t(f[5]), int64_t(f[6]), int64_t(f[7]), int64_t(f[8])};
+                int64_t(f[5]), int64_t(f[6]), int64_t(f[7]), int64_t(f[8]),
+                PhaseTimes{f[9], f[10], f[11], f[12], f[13]}};
   }
   return ranks;
 }
@@ -430,10 +438,26 @@ std::vector<RankMetrics> Trainer::gather_rank_metrics(const EngineStep& s) {
 StepMetrics Trainer::step() {
   TESSERA_CHECK(!done(), "Trainer::step: all ", options_.max_steps, " steps are done");
   const TrainOptions& o = options_;
+  const bool planted = planted_ms_ > 0 && step_ + 1 >= planted_from_;
+  const auto t0 = std::chrono::steady_clock::now();
   const data::Batch rows = next_rows();
+  if (planted && planted_phase_ == "data")
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(planted_ms_));
   snapshot_wait_s_ = 0;
+  const auto t1 = std::chrono::steady_clock::now();
+  if (planted && planted_phase_ == "compute")  // busy, as a slower device would be
+    while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1)
+               .count() < planted_ms_) {
+    }
   const EngineStep s = engine_->step(rows.inputs, rows.targets);
   ++step_;
+  PhaseTimes phases;
+  phases.data_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  phases.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1)
+                       .count();
+  phases.forward_ms = s.forward_seconds * 1e3;
+  phases.backward_ms = s.backward_seconds * 1e3;
+  phases.optimizer_ms = s.optimizer_seconds * 1e3;
 
   StepMetrics m;
   m.step = step_;
@@ -456,7 +480,15 @@ StepMetrics Trainer::step() {
   m.peak_bytes = st.peak_bytes;
   m.rss_bytes = process_rss_bytes();
   if (update_fence_set_) m.snapshot_wait_ms = snapshot_wait_s_ * 1e3;
-  if (world_->size() > 1) m.parallel = ParallelMetrics{s.bubble, gather_rank_metrics(s)};
+  m.phases = phases;
+  m.comm_ms = s.comm_seconds * 1e3;
+  m.time = unix_seconds();
+  if (world_->size() > 1) {
+    m.parallel = ParallelMetrics{s.bubble, gather_rank_metrics(s, phases)};
+    if (stragglers_)
+      for (const StragglerFlag& f : stragglers_->add(m.step, m.parallel->ranks))
+        m.stragglers.push_back(f.describe(stragglers_->options().consecutive));
+  }
   const bool last = done();
   if (val_ && ((o.eval_every > 0 && step_ % o.eval_every == 0) || last)) m.val_loss = evaluate();
   return m;
@@ -578,6 +610,14 @@ bool Trainer::agree_on_stop(const std::atomic<bool>* stop) {
   return flag.item<double>() > 0;
 }
 
+void Trainer::plant_delay(const std::string& phase, double ms, int64_t from_step) {
+  TESSERA_CHECK(phase == "data" || phase == "compute", "Trainer::plant_delay: phase '", phase,
+                "' is not data or compute");
+  planted_phase_ = phase;
+  planted_ms_ = ms;
+  planted_from_ = from_step;
+}
+
 std::vector<int> Trainer::dump_flight_and_wait(const std::string& reason, double seconds) {
   if (!flight_watch_) return {};
   flight_watch_->dump_and_request(reason);
@@ -632,17 +672,17 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
   beat("setup");
   const auto fit_start = std::chrono::steady_clock::now();
   while (!done()) {
-    const StepMetrics m = step();
+    StepMetrics m = step();
     beat("step");
     result.final_loss = m.loss;
     if (m.val_loss) result.final_val_loss = m.val_loss;
     if (rank0) {
-      log->append(m.to_json());
-      if (board) board->add_scalars(m.step, m.scalars());
       const bool live = out != nullptr && live_progress_;
       if (live) *out << kClearLine;
       if (out != nullptr && (m.step % o.log_every == 0 || done() || m.val_loss))
         *out << m.console_line(o.max_steps) << "\n";
+      if (out != nullptr)
+        for (const std::string& line : m.stragglers) *out << line << "\n";
       if (live) {
         const double elapsed = seconds_since(fit_start);
         const double per_step = elapsed / double(m.step - result.start_step);
@@ -663,6 +703,7 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
         save_local();
       const double stall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       beat("saved");
+      m.checkpoint_ms = stall * 1e3;
       // What the loop spent in the save on rank 0, and what the snapshot copied beyond the
       // state (nothing streamed; a gathered save in the loop uses no writer).
       const bool gathered = durable && !sharded_checkpoints();
@@ -675,6 +716,11 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
                        {"snapshot", streamed ? "stream" : "copy"},
                        {"snapshot_bytes", gathered && o.sync_save ? 0 : writer_->last_snapshot_bytes()},
                        {"sync", durable && o.sync_save}});
+    }
+    // The step's record once its save (if any) is done: it carries the save's stall.
+    if (rank0) {
+      log->append(m.to_json());
+      if (board) board->add_scalars(m.step, m.scalars());
     }
     if (stopping && !done()) {
       result.interrupted = true;

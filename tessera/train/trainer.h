@@ -61,6 +61,7 @@
 #include "tessera/nn/io/checkpoint_writer.h"
 #include "tessera/train/heartbeat.h"
 #include "tessera/train/step_engine.h"
+#include "tessera/train/stragglers.h"
 
 namespace tessera::parallel {
 class FlightWatch;
@@ -131,6 +132,10 @@ class Trainer {
   // call failed; this adds the request for an error of another kind). Returns the ranks whose
   // dump did not come; {} on one process.
   std::vector<int> dump_flight_and_wait(const std::string& reason, double seconds);
+  // For the straggler tests: from step from_step on, every step of this rank spends `ms`
+  // more milliseconds in `phase`: "data" (a sleep while the batch is read) or "compute" (a
+  // busy spin inside the engine's step).
+  void plant_delay(const std::string& phase, double ms, int64_t from_step = 1);
   // Beats (heartbeat.h) from fit(): after setup, after every step, around every save.
   void set_heartbeat(std::shared_ptr<Heartbeat> heartbeat) { heartbeat_ = std::move(heartbeat); }
 
@@ -157,7 +162,7 @@ class Trainer {
   void resume_from(const ResumePoint& resume);
   // The next global batch's rows for this dp rank (grad_accum loader batches stacked).
   data::Batch next_rows();
-  std::vector<RankMetrics> gather_rank_metrics(const EngineStep& s);
+  std::vector<RankMetrics> gather_rank_metrics(const EngineStep& s, const PhaseTimes& phases);
   bool agree_on_stop(const std::atomic<bool>* stop);
   // What a checkpoint's state.json (or manifest) holds besides the tensors.
   nlohmann::json checkpoint_state(const nlohmann::json& optimizer_scalars) const;
@@ -192,6 +197,10 @@ class Trainer {
   bool custom_model_ = false;
   std::shared_ptr<Heartbeat> heartbeat_;
   std::unique_ptr<parallel::FlightWatch> flight_watch_;
+  std::optional<StragglerDetector> stragglers_;  // rank 0 of several
+  std::string planted_phase_;
+  double planted_ms_ = 0;
+  int64_t planted_from_ = 1;
   std::unique_ptr<nn::CheckpointWriter> writer_;  // background saves
   bool update_fence_set_ = false;  // the engine waits for a streamed snapshot before updates
   double snapshot_wait_s_ = 0;     // this step's wait

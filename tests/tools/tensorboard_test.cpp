@@ -228,8 +228,12 @@ TEST(TensorBoard, TrainWritesEveryStepsMetricsAndMarksTheResume) {
   int val_points = 0;
   for (size_t i = 0; i < steps.size(); ++i) {
     EXPECT_EQ(steps[i].step, int64_t(i + 1));
-    EXPECT_GE(steps[i].scalars.size(), 9u);
+    EXPECT_GE(steps[i].scalars.size(), 9u + 6u);  // 6 phases
     for (const auto& [tag, value] : steps[i].scalars) {
+      if (tag.rfind("phase/", 0) == 0) {  // metrics.jsonl's "phases" object
+        EXPECT_EQ(value, float(lines[i]["phases"][tag.substr(6)].get<double>())) << tag;
+        continue;
+      }
       ASSERT_TRUE(key_of.count(tag)) << "unexpected tag " << tag;
       EXPECT_EQ(value, float(lines[i][key_of.at(tag)].get<double>())) << tag << " step " << i + 1;
       val_points += tag == "loss/val";

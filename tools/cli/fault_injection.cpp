@@ -23,13 +23,18 @@ FaultInjection::FaultInjection(int rank, int world_size) {
   } else if (std::regex_match(spec, m, std::regex("slow:([0-9]+)"))) {
     kind_ = Kind::slow;
     mine_ = std::stoi(m[1]) == rank;
+  } else if (std::regex_match(spec, m, std::regex("delay:(data|compute):([0-9]+):([0-9]+)(@([0-9]+))?"))) {
+    kind_ = Kind::delay;
+    delay_ = {m[1].str(), std::stod(m[3]), m[5].matched ? std::stoll(m[5]) : 1};
+    mine_ = std::stoi(m[2]) == rank;
   } else if (std::regex_match(spec, m, std::regex("storm:([0-9]+)x([0-9]+)"))) {
     kind_ = Kind::storm;
     step_ = std::stoll(m[1]);
     mine_ = attempt < std::stoi(m[2]) && attempt % world_size == rank;
   } else {
     detail::throw_error("TESSERA_FAULT: '", spec, "' is not kill:R@S, stop:R@S, hang:R@S, ",
-                        "storm:KxN or slow:R (cli/fault_injection.h)");
+                        "storm:KxN, slow:R or delay:data|compute:R:MS[@S] ",
+                        "(cli/fault_injection.h)");
   }
 }
 
@@ -48,6 +53,7 @@ void FaultInjection::after_beat(const std::string& phase, int64_t step, int64_t 
     case Kind::hang:
       for (;;) ::pause();  // signal handlers still run: the SIGUSR2 dump answers
     case Kind::slow:
+    case Kind::delay:
     case Kind::none:
       break;
   }

@@ -8,6 +8,10 @@
 //   storm:KxN   in each of the first N attempts, rank (attempt mod world size) kills itself K
 //               steps after the step it resumed from
 //   slow:R      rank R's pre-flight compute takes 200 ms longer, every attempt
+//   delay:P:R:MS[@S]  from step S (default 1) on, every step of rank R spends MS more
+//               milliseconds in phase P: data (a sleep in the loader's turn) or compute (a
+//               busy spin inside the engine's step): the straggler tests (train/stragglers.h).
+//               Read by `tessera train` with or without `tessera launch`
 // R is a world rank or "all". The attempt is TESSERA_LAUNCH_ATTEMPT (0 for the first), which
 // the supervisor sets. A value that does not parse is refused at startup, naming it.
 
@@ -25,12 +29,20 @@ class FaultInjection {
   void after_beat(const std::string& phase, int64_t step, int64_t start_step) const;
   // The delay slow:R plants in this rank's pre-flight probe (0 otherwise).
   double preflight_delay_ms() const { return kind_ == Kind::slow && mine_ ? 200 : 0; }
+  // delay:P:R:MS@S on this rank: the phase, the milliseconds and the first step.
+  struct Delay {
+    std::string phase;
+    double ms = 0;
+    int64_t from_step = 1;
+  };
+  const Delay* planted_delay() const { return kind_ == Kind::delay && mine_ ? &delay_ : nullptr; }
 
  private:
-  enum class Kind { none, kill, stop, hang, storm, slow };
+  enum class Kind { none, kill, stop, hang, storm, slow, delay };
   Kind kind_ = Kind::none;
   int64_t step_ = 0;   // kill/stop/hang: the step; storm: K
   bool mine_ = false;  // whether this rank plays it in this attempt
+  Delay delay_;
 };
 
 }  // namespace tessera::cli

@@ -117,6 +117,9 @@ const std::map<std::string, std::string>& flag_help() {
       {"dump_window",
        "seconds a rank that ends the job after a failure waits for every rank's flight "
        "recorder dump in <run-dir>/flight (several ranks; tessera diagnose reads them)"},
+      {"straggler_every",
+       "every N steps name a rank whose busy time in data loading or compute is 1.5x the "
+       "ranks' median for 2 intervals running (several ranks; 0: off)"},
       {"sync_save",
        "write each checkpoint before training goes on (default: it is written in the "
        "background; the loop waits only for a copy of the state)"},
@@ -232,6 +235,10 @@ int run_training(const TrainOptions& options, const StopSignals& stop) {
     if (reports) throw;
     return 1;
   }
+  // A planted slowdown for the straggler tests (cli/fault_injection.h), under launch or not.
+  if (const FaultInjection fault(trainer->world().rank(), trainer->world().size());
+      const FaultInjection::Delay* d = fault.planted_delay())
+    trainer->plant_delay(d->phase, d->ms, d->from_step);
   // A live progress line on a terminal; plain lines only into a pipe or a file, or with
   // TERM=dumb (an editor's shell, which does not honour the erase-line sequence).
   const char* term = std::getenv("TERM");

@@ -170,11 +170,13 @@ ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor
   for (const auto& chunk : stage_->chunks()) chunk->set_step(step_);
 
   world_->traffic().reset();  // from the target count's all-reduce on
+  // The blocked time too: a rank whose peer is late (its loader, its previous step) first
+  // waits in that all-reduce.
+  world_->clock()->reset();
   std::vector<double> weights = micro_batch_weights(
       targets, config_.microbatches, config_.ignore_index, mesh_->dp(), config_.device);
   stage_->begin_step(ops::to(ops::contiguous(inputs), config_.device),
                      ops::to(ops::contiguous(targets), config_.device), std::move(weights));
-  world_->clock()->reset();
   Allocator& alloc = allocator_for(config_.device);
   const int64_t live_before = alloc.stats().live_bytes;
   alloc.reset_peak();
@@ -188,10 +190,14 @@ ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor
   out.loss = dp_average(pipe.loss);
   out.bubble = pipe.group_bubble;
 
-  if (before_update_) before_update_();
+  out.forward_seconds = pipe.forward_seconds;
+  out.backward_seconds = pipe.backward_seconds;
+  if (before_update_) before_update_();  // a streamed checkpoint's wait: not the update's time
+  const Clock::time_point update = Clock::now();
   const PrecisionStepResult ps = precision_->step();
   const StepResult& r = ps.update;
   dp_->zero_grad();
+  out.optimizer_seconds = std::chrono::duration<double>(Clock::now() - update).count();
   out.grad_norm = r.grad_norm;
   out.clip = r.clip;
   out.finite = r.finite;

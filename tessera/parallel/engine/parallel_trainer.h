@@ -74,6 +74,10 @@ struct ParallelStepStats {
   double lr = 0;
   double seconds = 0;       // wall time of the step on this rank
   double comm_seconds = 0;  // this rank's time blocked in communication (timed_communicator.h)
+  // The step's wall time by phase on this rank (each including the communication it blocked
+  // in): the pipeline's forwards and backwards (executor.h), and the update (clip, optimizer,
+  // ZeRO's gathers).
+  double forward_seconds = 0, backward_seconds = 0, optimizer_seconds = 0;
   // What this rank sent in the step over every group, in bytes: as a ring sends them (wire)
   // and as the calls' sizes (message), comm/traffic.h. Compression shows here.
   int64_t comm_wire_bytes = 0;

@@ -95,6 +95,8 @@ class Executor {
     PipelineStepStats stats;
     stats.wall_seconds = seconds_since(start);
     stats.busy_seconds = busy_;
+    stats.forward_seconds = forward_;
+    stats.backward_seconds = busy_ - forward_;
     stats.idle_seconds = std::max(0.0, stats.wall_seconds - busy_);
     stats.bubble = busy_ > 0 ? stats.idle_seconds / busy_ : 0;
     stats.peak_in_flight = peak_;
@@ -157,7 +159,9 @@ class Executor {
           stage + 1, ", ", a.micro, ") = ", dtype_name(next.dtype), next.shape.to_string(), " on ",
           next.device.to_string());
     }
-    busy_ += seconds_since(t0);
+    const double took = seconds_since(t0);
+    busy_ += took;
+    forward_ += took;
     sl.input = input;
     sl.output = out;
     peak_ = std::max(peak_, ++in_flight_);
@@ -232,7 +236,7 @@ class Executor {
   std::vector<int> backwards_left_;  // per chunk, in the rest of the step
   std::vector<std::pair<std::shared_ptr<Work>, Tensor>> sends_;
   size_t pc_ = 0;
-  double busy_ = 0, loss_sum_ = 0;
+  double busy_ = 0, forward_ = 0, loss_sum_ = 0;
   int in_flight_ = 0, peak_ = 0;
 };
 

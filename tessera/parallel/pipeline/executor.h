@@ -70,6 +70,7 @@ struct PipelineStepStats {
   double loss = 0;  // mean of the micro-batch losses; every rank of the group receives it
   // This rank: the step's wall time, the time in forwards and backwards, and the rest.
   double wall_seconds = 0, busy_seconds = 0, idle_seconds = 0;
+  double forward_seconds = 0, backward_seconds = 0;  // busy_seconds split by action
   double bubble = 0;  // this rank: idle / busy
   // The group, as the simulator reports it: every rank idles until the slowest one finishes,
   // so (ranks * longest wall time - total busy) / total busy.
