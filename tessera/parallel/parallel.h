@@ -13,6 +13,9 @@
 // Everything else under tessera/parallel/ is internal (the detail/ folders, not installed).
 
 #include "tessera/parallel/comm/communicator.h"
+#include "tessera/parallel/comm/flight_diagnosis.h"
+#include "tessera/parallel/comm/flight_recorder.h"
+#include "tessera/parallel/comm/flight_watch.h"
 #include "tessera/parallel/comm/local_communicator.h"
 #include "tessera/parallel/comm/run_ranks.h"
 #include "tessera/parallel/comm/thread_communicator.h"
@@ -27,4 +30,5 @@
 #include "tessera/parallel/pipeline/schedule.h"
 #include "tessera/parallel/pipeline/simulator.h"
 #include "tessera/parallel/pipeline/timeline_svg.h"
+#include "tessera/parallel/step_trace.h"
 #include "tessera/parallel/tp/tensor_parallel.h"

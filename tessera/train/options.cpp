@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <regex>
 #include <type_traits>
 
 #include "tessera/core/error.h"
@@ -65,6 +66,7 @@ void for_each_field(Options& o, F&& f) {
   f("save_timeout", o.save_timeout);
   f("dump_window", o.dump_window);
   f("straggler_every", o.straggler_every);
+  f("trace_steps", o.trace_steps);
   f("sync_save", o.sync_save);
   f("checkpoint_format", o.checkpoint_format);
   f("checkpoint_snapshot", o.checkpoint_snapshot);
@@ -138,6 +140,16 @@ nn::LRSchedule TrainOptions::lr_schedule() const {
   return s;
 }
 
+std::pair<int64_t, int64_t> TrainOptions::trace_range() const {
+  if (trace_steps.empty()) return {0, -1};
+  std::smatch m;
+  const bool ok = std::regex_match(trace_steps, m, std::regex("([0-9]{1,15}):([0-9]{1,15})"));
+  const int64_t a = ok ? std::stoll(m[1]) : 0, b = ok ? std::stoll(m[2]) : 0;
+  TESSERA_CHECK(ok && a >= 1 && b >= a, "train: --trace-steps must be A:B with 1 <= A <= B (the ",
+                "first and last step traced), got '", trace_steps, "'");
+  return {a, b};
+}
+
 void TrainOptions::validate() const {
   auto positive = [](int64_t v, const char* name) {
     TESSERA_CHECK(v > 0, "train: --", name, " must be positive, got ", v);
@@ -200,6 +212,10 @@ void TrainOptions::validate() const {
                 "off), got ", checkpoint_every_local);
   TESSERA_CHECK(local_dir.empty() || checkpoint_every_local > 0, "train: --local-dir is where ",
                 "--checkpoint-every-local writes; that is 0 (off)");
+  const auto [trace_first, trace_last] = trace_range();  // throws if malformed
+  TESSERA_CHECK(trace_first <= max_steps, "train: --trace-steps ", trace_steps, " starts after ",
+                "the last step (--max-steps ", max_steps, ")");
+  (void)trace_last;
   TESSERA_CHECK(straggler_every >= 0, "train: --straggler-every must be >= 0 steps (0: off), got ",
                 straggler_every);
   TESSERA_CHECK(std::isfinite(dump_window) && dump_window >= 0 && dump_window <= 3600,

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -103,6 +104,11 @@ struct TrainOptions {
   // Every N steps rank 0 compares the ranks' busy time per phase and names a straggler
   // (train/stragglers.h); 0: off. Several ranks only.
   int64_t straggler_every = 10;
+  // "A:B": a Chrome trace of steps A to B (1-based, inclusive) per rank in <run_dir>/trace
+  // (parallel/step_trace.h); "": none.
+  std::string trace_steps;
+  // trace_steps parsed: {A, B}, or {0, -1} for none. Throws naming the value when malformed.
+  std::pair<int64_t, int64_t> trace_range() const;
   // Whether the training loop waits for each checkpoint's write (the old behaviour, and the
   // reference of bench/checkpoint_stall.sh); by default rank 0 writes in the background.
   bool sync_save = false;

@@ -85,6 +85,13 @@ class StepEngine {
   virtual void load_local_state(const LocalState& state) = 0;
   // Called in every step before the update changes the weights or the optimizer state.
   virtual void set_before_update(std::function<void()> hook) = 0;
+  // While set, steps add their spans to `trace` (parallel/step_trace.h). Returns whether this
+  // engine traces its steps' insides; one that does not (the default) leaves the trainer to
+  // draw the engine's step as one span.
+  virtual bool set_trace(parallel::StepTrace* trace) {
+    (void)trace;
+    return false;
+  }
   // Mixed precision's state (fp16's loss scaler), for checkpoints.
   virtual nlohmann::json precision_state() const = 0;
   virtual void load_precision_state(const nlohmann::json& state) = 0;

@@ -439,6 +439,11 @@ StepMetrics Trainer::step() {
   TESSERA_CHECK(!done(), "Trainer::step: all ", options_.max_steps, " steps are done");
   const TrainOptions& o = options_;
   const bool planted = planted_ms_ > 0 && step_ + 1 >= planted_from_;
+  const auto [trace_first, trace_last] = o.trace_range();
+  const bool traced = step_ + 1 >= trace_first && step_ + 1 <= trace_last;
+  if (traced && !trace_) trace_ = std::make_unique<parallel::StepTrace>(world_->rank());
+  const bool traced_inside = traced && engine_->set_trace(trace_.get());
+  const int64_t t0_us = parallel::flight_clock_us();
   const auto t0 = std::chrono::steady_clock::now();
   const data::Batch rows = next_rows();
   if (planted && planted_phase_ == "data")
@@ -458,6 +463,7 @@ StepMetrics Trainer::step() {
   phases.forward_ms = s.forward_seconds * 1e3;
   phases.backward_ms = s.backward_seconds * 1e3;
   phases.optimizer_ms = s.optimizer_seconds * 1e3;
+  if (traced) trace_step(t0_us, phases, traced_inside, s.loss);
 
   StepMetrics m;
   m.step = step_;
@@ -608,6 +614,23 @@ bool Trainer::agree_on_stop(const std::atomic<bool>* stop) {
   Tensor flag = from_vector<double>({mine ? 1.0 : 0.0}, Shape{1});
   world_->all_reduce(flag, parallel::CommOp::max);
   return flag.item<double>() > 0;
+}
+
+void Trainer::trace_step(int64_t begin_us, const PhaseTimes& phases, bool traced_inside,
+                         double loss) {
+  const int64_t end_us = begin_us + int64_t((phases.data_ms + phases.step_ms) * 1e3);
+  const int64_t data_end_us = begin_us + int64_t(phases.data_ms * 1e3);
+  trace_->span(parallel::TraceTrack::step, "data", begin_us, data_end_us);
+  if (!traced_inside) trace_->span(parallel::TraceTrack::step, "engine", data_end_us, end_us);
+  trace_->span(parallel::TraceTrack::step, str_cat("step ", step_), begin_us, end_us,
+               {{"data_ms", phases.data_ms}, {"step_ms", phases.step_ms}, {"loss", loss}});
+  trace_->add_calls(*world_->flight_recorder(), begin_us, end_us);
+  engine_->set_trace(nullptr);
+  if (step_ < options_.trace_range().second && !done()) return;
+  const std::string dir = options_.run_dir + "/trace";
+  fs::create_directories(dir);
+  trace_->write(str_cat(dir, "/rank_", world_->rank(), ".json"));
+  trace_.reset();
 }
 
 void Trainer::plant_delay(const std::string& phase, double ms, int64_t from_step) {

@@ -162,6 +162,9 @@ class Trainer {
   void resume_from(const ResumePoint& resume);
   // The next global batch's rows for this dp rank (grad_accum loader batches stacked).
   data::Batch next_rows();
+  // The traced step's spans (data, the step, its calls); writes <run_dir>/trace/rank_N.json
+  // after the last traced step.
+  void trace_step(int64_t begin_us, const PhaseTimes& phases, bool traced_inside, double loss);
   std::vector<RankMetrics> gather_rank_metrics(const EngineStep& s, const PhaseTimes& phases);
   bool agree_on_stop(const std::atomic<bool>* stop);
   // What a checkpoint's state.json (or manifest) holds besides the tensors.
@@ -198,6 +201,7 @@ class Trainer {
   std::shared_ptr<Heartbeat> heartbeat_;
   std::unique_ptr<parallel::FlightWatch> flight_watch_;
   std::optional<StragglerDetector> stragglers_;  // rank 0 of several
+  std::unique_ptr<parallel::StepTrace> trace_;  // while the traced steps run
   std::string planted_phase_;
   double planted_ms_ = 0;
   int64_t planted_from_ = 1;

@@ -17,5 +17,6 @@ void add_ckpt_command(CLI::App& app);
 void add_schedule_command(CLI::App& app);
 void add_launch_command(CLI::App& app);
 void add_diagnose_command(CLI::App& app);
+void add_trace_command(CLI::App& app);
 
 }  // namespace tessera::cli

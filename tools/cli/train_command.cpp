@@ -120,6 +120,9 @@ const std::map<std::string, std::string>& flag_help() {
       {"straggler_every",
        "every N steps name a rank whose busy time in data loading or compute is 1.5x the "
        "ranks' median for 2 intervals running (several ranks; 0: off)"},
+      {"trace_steps",
+       "A:B: write a Chrome/Perfetto trace of steps A to B per rank into <run-dir>/trace "
+       "(tessera trace merge joins them and draws the SVG timeline)"},
       {"sync_save",
        "write each checkpoint before training goes on (default: it is written in the "
        "background; the loop waits only for a copy of the state)"},

@@ -182,7 +182,10 @@ ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor
   alloc.reset_peak();
   PipelineOptions po;
   po.loss_scale = precision_->loss_scale();
+  po.trace = trace_;
+  const int64_t pipeline_us = flight_clock_us();
   PipelineStepStats pipe = run_pipeline(schedule_, *stage_, mesh_->pp(), po);
+  const int64_t pipeline_end_us = flight_clock_us();
   stage_->finish_step();
   out.memory.activations = std::max<int64_t>(0, alloc.stats().peak_bytes - live_before);
 
@@ -193,6 +196,7 @@ ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor
   out.forward_seconds = pipe.forward_seconds;
   out.backward_seconds = pipe.backward_seconds;
   if (before_update_) before_update_();  // a streamed checkpoint's wait: not the update's time
+  const int64_t update_us = flight_clock_us();
   const Clock::time_point update = Clock::now();
   const PrecisionStepResult ps = precision_->step();
   const StepResult& r = ps.update;
@@ -213,6 +217,20 @@ ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor
   out.comm_wire_bytes = world_->traffic().total_wire_bytes();
   out.comm_message_bytes = world_->traffic().total_message_bytes();
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (trace_) {
+    // The step track's spans tile the step: setup (the targets' count, the batch on the
+    // device), forward/backward (the pipeline), finish (waiting for the gradient reductions
+    // still in flight, the loss's average, a streamed save's wait), the update.
+    const int64_t end_us = flight_clock_us();
+    const int64_t start_us = end_us - int64_t(out.seconds * 1e6);
+    trace_->span(TraceTrack::step, "setup", start_us, pipeline_us);
+    trace_->span(TraceTrack::step, "forward/backward", pipeline_us, pipeline_end_us,
+                 {{"forward_ms", pipe.forward_seconds * 1e3},
+                  {"backward_ms", pipe.backward_seconds * 1e3},
+                  {"bubble", pipe.bubble}});
+    trace_->span(TraceTrack::step, "finish", pipeline_end_us, update_us);
+    trace_->span(TraceTrack::step, "update", update_us, end_us);
+  }
   ++step_;
   return out;
 }

@@ -37,6 +37,7 @@
 #include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/parallel/data/data_parallel.h"
 #include "tessera/parallel/engine/gpt_stage.h"
+#include "tessera/parallel/step_trace.h"
 #include "tessera/parallel/engine/parallel_config.h"
 #include "tessera/parallel/engine/parallel_precision.h"
 #include "tessera/parallel/engine/timed_communicator.h"
@@ -139,6 +140,9 @@ class ParallelTrainer {
   // Called in every step after the backward passes and before anything updates the master
   // weights or the optimizer state: a checkpoint streamed from checkpoint_pieces() waits there.
   void set_before_update(std::function<void()> hook) { before_update_ = std::move(hook); }
+  // While set, each step adds its spans to `trace` (step_trace.h): the step track's setup,
+  // forward/backward, loss and update, and the pipeline's forwards and backwards. Null: off.
+  void set_trace(StepTrace* trace) { trace_ = trace; }
   // The optimizer's scalars for such a checkpoint (as gather_full_optimizer_state's, but the
   // groups list this rank's parameters: a load replaces them). Local.
   nlohmann::json optimizer_scalars() const { return dp_->optimizer().scalars(); }
@@ -188,6 +192,7 @@ class ParallelTrainer {
   std::map<std::string, nn::ParamMeta> metas_;
   int64_t step_ = 0;
   std::function<void()> before_update_;
+  StepTrace* trace_ = nullptr;
 };
 
 }  // namespace tessera::parallel

@@ -8,6 +8,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
+#include "tessera/parallel/step_trace.h"
 #include "tessera/parallel/pipeline/detail/nccl_order.h"
 #include "tessera/parallel/pipeline/detail/tied_gradients.h"
 
@@ -116,6 +117,15 @@ class Executor {
   }
 
  private:
+  // The action as a span of the pipeline track: "forward m3" ("forward m3 c1" with chunks).
+  void trace_span(const char* what, const Action& a, Clock::time_point t0) {
+    if (o_.trace == nullptr) return;
+    const int64_t end = flight_clock_us();
+    const int64_t begin = end - int64_t(seconds_since(t0) * 1e6);
+    o_.trace->span(TraceTrack::pipeline,
+                   str_cat(what, " m", a.micro, s_.virtual_stages > 1 ? str_cat(" c", a.chunk) : ""),
+                   begin, end, {{"micro", a.micro}, {"chunk", a.chunk}});
+  }
   std::string where(const Action& a) const {
     return str_cat("pipeline executor: rank ", rank_, " action ", pc_, " (", a.to_string(), ") of ",
                    s_.name());
@@ -162,6 +172,7 @@ class Executor {
     const double took = seconds_since(t0);
     busy_ += took;
     forward_ += took;
+    trace_span("forward", a, t0);
     sl.input = input;
     sl.output = out;
     peak_ = std::max(peak_, ++in_flight_);
@@ -188,6 +199,7 @@ class Executor {
         sl.input_grad = g;
     }
     busy_ += seconds_since(t0);
+    trace_span("backward", a, t0);
     sl.input = sl.output = sl.output_grad = Tensor();
     --in_flight_;
   }

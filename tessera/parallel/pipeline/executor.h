@@ -25,6 +25,10 @@
 #include "tessera/parallel/pipeline/schedule.h"
 
 namespace tessera::parallel {
+class StepTrace;
+}
+
+namespace tessera::parallel {
 
 // The shape and dtype of an activation to receive.
 struct ActivationSpec {
@@ -64,6 +68,8 @@ struct PipelineOptions {
   // The group all_reduce_tied sums over (DeviceMesh::embedding()); needed when this rank's
   // list has that action.
   Communicator* embedding = nullptr;
+  // Where each forward and backward goes as a span when the step is traced (step_trace.h).
+  StepTrace* trace = nullptr;
 };
 
 struct PipelineStepStats {

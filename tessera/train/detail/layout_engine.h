@@ -30,6 +30,10 @@ class LayoutEngine final : public StepEngine {
   void load_local_state(const LocalState& state) override {
     trainer_.load_local_state(state.tensors, state.optimizer_scalars);
   }
+  bool set_trace(parallel::StepTrace* trace) override {
+    trainer_.set_trace(trace);
+    return true;
+  }
   void set_before_update(std::function<void()> hook) override {
     trainer_.set_before_update(std::move(hook));
   }
