@@ -71,16 +71,18 @@ void step(benchmark::State& state, bool on) {
   parallel::ParallelTrainer trainer(comm, bench_model(), config);
   const Batch& batch = global_batch();
   trainer.step(batch.inputs, batch.targets);  // untimed: the allocator's cache, AdamW's moments
-  const uint64_t before = comm->flight_recorder()->records().empty()
-                              ? 0
-                              : comm->flight_recorder()->records().back().id;
+  // The last record's id counts every call so far (records() copies the ring: outside the loop).
+  auto calls_so_far = [&] {
+    const std::vector<parallel::FlightRecord> r = comm->flight_recorder()->records();
+    return r.empty() ? uint64_t(0) : r.back().id;
+  };
+  const uint64_t before = calls_so_far();
   int64_t steps = 0;
   for (auto _ : state) {
     state.SetIterationTime(slowest_seconds([&] { trainer.step(batch.inputs, batch.targets); }));
     ++steps;
   }
-  const auto records = comm->flight_recorder()->records();
-  const uint64_t after = records.empty() ? 0 : records.back().id;
+  const uint64_t after = calls_so_far();
   // (The timing's barrier and all-reduce run on mpi_bench's world, whose recorder is another.)
   state.counters["calls_per_step"] = on ? double(after - before) / double(steps) : 0.0;
 }

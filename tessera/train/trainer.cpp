@@ -238,6 +238,7 @@ Trainer::~Trainer() = default;
 void Trainer::init_common() {
   const TrainOptions& o = options_;
   o.validate();
+  trace_range_ = o.trace_range();
   if (o.threads > 0) set_num_threads(o.threads);
   // The device first: the NCCL world goes on it (each rank takes GPU local rank mod count).
   device_ = open_train_device(o.device, local_rank());
@@ -439,8 +440,7 @@ StepMetrics Trainer::step() {
   TESSERA_CHECK(!done(), "Trainer::step: all ", options_.max_steps, " steps are done");
   const TrainOptions& o = options_;
   const bool planted = planted_ms_ > 0 && step_ + 1 >= planted_from_;
-  const auto [trace_first, trace_last] = o.trace_range();
-  const bool traced = step_ + 1 >= trace_first && step_ + 1 <= trace_last;
+  const bool traced = step_ + 1 >= trace_range_.first && step_ + 1 <= trace_range_.second;
   if (traced && !trace_) trace_ = std::make_unique<parallel::StepTrace>(world_->rank());
   const bool traced_inside = traced && engine_->set_trace(trace_.get());
   const int64_t t0_us = parallel::flight_clock_us();
@@ -626,7 +626,7 @@ void Trainer::trace_step(int64_t begin_us, const PhaseTimes& phases, bool traced
                {{"data_ms", phases.data_ms}, {"step_ms", phases.step_ms}, {"loss", loss}});
   trace_->add_calls(*world_->flight_recorder(), begin_us, end_us);
   engine_->set_trace(nullptr);
-  if (step_ < options_.trace_range().second && !done()) return;
+  if (step_ < trace_range_.second && !done()) return;
   const std::string dir = options_.run_dir + "/trace";
   fs::create_directories(dir);
   trace_->write(str_cat(dir, "/rank_", world_->rank(), ".json"));
@@ -643,7 +643,8 @@ void Trainer::plant_delay(const std::string& phase, double ms, int64_t from_step
 
 std::vector<int> Trainer::dump_flight_and_wait(const std::string& reason, double seconds) {
   if (!flight_watch_) return {};
-  flight_watch_->dump_and_request(reason);
+  // A failed call dumped and asked the other ranks already (the recorder's hook).
+  if (!flight_watch_->failed()) flight_watch_->dump_and_request(reason);
   return flight_watch_->wait_for_dumps(seconds);
 }
 

@@ -202,6 +202,7 @@ class Trainer {
   std::unique_ptr<parallel::FlightWatch> flight_watch_;
   std::optional<StragglerDetector> stragglers_;  // rank 0 of several
   std::unique_ptr<parallel::StepTrace> trace_;  // while the traced steps run
+  std::pair<int64_t, int64_t> trace_range_{0, -1};  // options_.trace_range(), parsed once
   std::string planted_phase_;
   double planted_ms_ = 0;
   int64_t planted_from_ = 1;

@@ -77,8 +77,7 @@ def main():
             # few clock reads and calls between them (microseconds of a millisecond step).
             if abs(parts - st["dur"]) > 0.01 * st["dur"]:
                 fail(f"rank {rank} step {n}: step-track spans sum to {parts} us, the step took {st['dur']} us")
-            line = metrics[n] if rank == 0 else None
-            phases = line["phases"] if rank == 0 else metrics[n]["ranks"][rank]["phases"]
+            phases = metrics[n]["phases"] if rank == 0 else metrics[n]["ranks"][rank]["phases"]
             measured_us = 1e3 * (phases["data_ms"] + phases["step_ms"])
             if abs(measured_us - st["dur"]) > 0.01 * measured_us + 2:
                 fail(f"rank {rank} step {n}: the span is {st['dur']} us, metrics.jsonl says {measured_us:.0f} us")

@@ -38,8 +38,9 @@ void add_prepare_command(CLI::App& app) {
     const bool live = isatty(STDOUT_FILENO) == 1;
     const auto start = std::chrono::steady_clock::now();
     int64_t files = 0;
+    data::PrepareOptions options = f->options;  // the callback refers to this scope's state
     if (live)
-      f->options.progress = [&](const std::string&, int64_t tokens) {
+      options.progress = [&](const std::string&, int64_t tokens) {
         const double s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         std::printf("\r\x1b[2Kprepare: %lld files, %lld tokens, %.0f tokens/s, elapsed %s",
@@ -47,7 +48,7 @@ void add_prepare_command(CLI::App& app) {
                     train::clock_text(s).c_str());
         std::fflush(stdout);
       };
-    data::PrepareSummary s = data::prepare_shards(*tok, f->options);
+    data::PrepareSummary s = data::prepare_shards(*tok, options);
     if (live) std::printf("\r\x1b[2K");
     std::cout << "prepare: " << s.input_files << " files (" << s.input_bytes << " bytes, "
               << s.documents << " documents) -> train " << s.train.total_tokens << " tokens in "

@@ -8,12 +8,11 @@
 
 #include <filesystem>
 #include <iostream>
-#include <regex>
 
 #include "cli/commands.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
-#include "tessera/core/json_depth.h"
+#include "tessera/parallel/comm/rank_files.h"
 #include "tessera/parallel/step_trace.h"
 
 namespace tessera::cli {
@@ -29,23 +28,9 @@ void run_merge(const TraceFlags& f) {
   const std::string dir = f.run_dir + "/trace";
   TESSERA_CHECK(fs::is_directory(dir), "trace merge: ", dir, " does not exist (run tessera train ",
                 "--trace-steps A:B with --run-dir ", f.run_dir, ")");
-  static const std::regex name(R"(rank_([0-9]+)\.json)");
-  std::vector<std::pair<int, nlohmann::json>> ranks;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    std::smatch m;
-    const std::string file = entry.path().filename().string();
-    if (!std::regex_match(file, m, name)) continue;
-    const std::string path = entry.path().string();
-    const std::string text = read_text_file(path);
-    check_json_depth(text, path);
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    TESSERA_CHECK(!j.is_discarded(), path, ": not valid JSON");
-    ranks.emplace_back(std::stoi(m[1]), std::move(j));
-  }
-  TESSERA_CHECK(!ranks.empty(), "trace merge: ", dir, " holds no rank_N.json trace");
-  std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  const std::vector<parallel::RankFile> ranks = parallel::read_rank_json_files(dir, "trace merge");
   std::vector<nlohmann::json> traces;
-  for (auto& [rank, j] : ranks) traces.push_back(std::move(j));
+  for (const parallel::RankFile& r : ranks) traces.push_back(r.json);
   const nlohmann::json merged = parallel::merge_traces(traces);
   size_t spans = 0;
   for (const nlohmann::json& e : merged["traceEvents"]) spans += e.value("ph", "") == "X";

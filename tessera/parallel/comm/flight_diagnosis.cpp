@@ -5,14 +5,12 @@
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <regex>
 #include <tuple>
 
 #include "tessera/core/error.h"
-#include "tessera/core/file_io.h"
-#include "tessera/core/json_depth.h"
 #include "tessera/core/version.h"
 #include "tessera/parallel/comm/flight_recorder.h"
+#include "tessera/parallel/comm/rank_files.h"
 
 namespace tessera::parallel {
 
@@ -481,26 +479,14 @@ FlightDump parse_flight_dump(const nlohmann::json& j, const std::string& source)
 }
 
 std::vector<FlightDump> read_flight_dumps(const std::string& dir) {
-  namespace fs = std::filesystem;
-  TESSERA_CHECK(fs::is_directory(dir), "diagnose: ", dir, " is not a directory");
-  static const std::regex name(R"(rank_([0-9]+)\.json)");
+  TESSERA_CHECK(std::filesystem::is_directory(dir), "diagnose: ", dir, " is not a directory");
   std::vector<FlightDump> dumps;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    std::smatch m;
-    const std::string file = entry.path().filename().string();
-    if (!std::regex_match(file, m, name)) continue;
-    const std::string path = entry.path().string();
-    const std::string text = read_text_file(path);
-    check_json_depth(text, path);
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    TESSERA_CHECK(!j.is_discarded(), path, ": not valid JSON");
-    FlightDump d = parse_flight_dump(j, path);
-    TESSERA_CHECK(d.rank == std::stoi(m[1]), path, ": 'rank' is ", d.rank, ", the file name says ",
-                  m[1].str());
+  for (const RankFile& f : read_rank_json_files(dir, "diagnose")) {
+    FlightDump d = parse_flight_dump(f.json, f.path);
+    TESSERA_CHECK(d.rank == f.rank, f.path, ": 'rank' is ", d.rank, ", the file name says ",
+                  f.rank);
     dumps.push_back(std::move(d));
   }
-  TESSERA_CHECK(!dumps.empty(), "diagnose: ", dir, " holds no rank_N.json flight dump");
-  std::sort(dumps.begin(), dumps.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
   return dumps;
 }
 

@@ -169,6 +169,11 @@ void FlightRecorder::fail(uint64_t id, const std::string& reason) {
   if (hook) hook(reason);  // outside the lock: it dumps this ring
 }
 
+bool FlightRecorder::failed() const {
+  std::lock_guard lock(mutex_);
+  return failed_;
+}
+
 void FlightRecorder::set_on_failure(std::function<void(const std::string& reason)> hook) {
   std::lock_guard lock(mutex_);
   on_failure_ = std::move(hook);

@@ -91,6 +91,8 @@ class FlightRecorder {
   // first failure of this rank, runs the failure hook: FlightWatch's dump and request.
   void fail(uint64_t id, const std::string& reason);
   void set_on_failure(std::function<void(const std::string& reason)> hook);
+  // Whether fail() has been called.
+  bool failed() const;
 
  private:
   mutable std::mutex mutex_;

@@ -73,11 +73,16 @@ void FlightWatch::dump(const std::string& reason) {
   }
 }
 
+bool FlightWatch::raise_answered(int64_t id) {
+  int64_t prev = answered_.load();
+  while (prev < id)
+    if (answered_.compare_exchange_weak(prev, id)) return true;
+  return false;
+}
+
 void FlightWatch::dump_and_request(const std::string& reason) {
   const int64_t id = flight_clock_us();
-  int64_t prev = answered_.load();
-  while (prev < id && !answered_.compare_exchange_weak(prev, id)) {
-  }
+  raise_answered(id);
   dump(reason);
   const nlohmann::json request = {{"id", id}, {"rank", rank_}, {"reason", reason}};
   try {
@@ -107,10 +112,7 @@ void FlightWatch::watch() {
     std::this_thread::sleep_for(poll);
     if (const uint64_t s = g_signal_requests.load(); s != seen_signals_) {
       seen_signals_ = s;
-      const int64_t id = flight_clock_us();
-      int64_t prev = answered_.load();
-      while (prev < id && !answered_.compare_exchange_weak(prev, id)) {
-      }
+      raise_answered(flight_clock_us());
       dump("SIGUSR2");
     }
     const int64_t mtime = mtime_ns(dir_ + "/request");
@@ -120,11 +122,7 @@ void FlightWatch::watch() {
     const int64_t id = read_request(&what);
     if (id <= seen_request_) continue;
     seen_request_ = id;
-    int64_t prev = answered_.load();
-    if (id <= prev) continue;  // this rank wrote it, or dumped since
-    while (prev < id && !answered_.compare_exchange_weak(prev, id)) {
-    }
-    dump("request: " + what);
+    if (raise_answered(id)) dump("request: " + what);  // else this rank wrote it, or dumped since
   }
 }
 

@@ -44,6 +44,8 @@ class FlightWatch {
   void dump(const std::string& reason);
   // dump(), then writes <dir>/request so that every other rank dumps.
   void dump_and_request(const std::string& reason);
+  // Whether this rank's recorder saw a call fail (its hook dumped and requested already).
+  bool failed() const { return recorder_->failed(); }
   // Waits up to `seconds` until every rank's dump is at least as new as the newest request
   // this rank made or answered. Returns the ranks whose dump is missing or older.
   std::vector<int> wait_for_dumps(double seconds) const;
@@ -56,6 +58,8 @@ class FlightWatch {
 
  private:
   void watch();
+  // answered_ = max(answered_, id); whether it rose.
+  bool raise_answered(int64_t id);
   // The request file's id (microseconds since the epoch when it was written) and what it says,
   // or 0 when there is none.
   int64_t read_request(std::string* what) const;
