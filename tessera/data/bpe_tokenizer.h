@@ -11,6 +11,7 @@
 // where each merge names the two ids it joins (both below its own id).
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,6 +31,9 @@ struct BpeTrainOptions {
   std::vector<std::string> special_tokens = {std::string(kEndOfText)};
   std::string eot_token = std::string(kEndOfText);
   int64_t min_frequency = 2;
+  // Called after each merge with the merges made and the most there can be (vocab_size less
+  // the bytes and specials); `tessera tokenizer train` draws its progress line from it.
+  std::function<void(int64_t merges, int64_t target)> progress;
 };
 
 class BpeTokenizer final : public Tokenizer {

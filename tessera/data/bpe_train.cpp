@@ -124,6 +124,7 @@ BpeTokenizer BpeTokenizer::train(std::span<const std::string_view> documents,
     const int32_t merged = int32_t(256 + merges.size());
     merges.emplace_back(left, right);
     counts.erase(it);
+    if (options.progress) options.progress(int64_t(merges.size()), target);
 
     std::vector<int32_t> list = std::move(where[top.pair]);
     where.erase(top.pair);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# tty_progress_test.sh TESSERA WORKDIR: `tessera prepare` and `tessera train` under a pseudo-
-# terminal (script(1), util-linux) redraw one live line in place (carriage return, erase line)
-# and erase it at the end; through a pipe they print no control character.
+# tty_progress_test.sh TESSERA WORKDIR: `tessera prepare`, `train`, `tokenizer train` and `ckpt
+# convert` under a pseudo-terminal (script(1), util-linux) redraw one live line in place
+# (carriage return, erase line) and erase it at the end; through a pipe they print no control
+# character.
 set -uo pipefail
 tessera=$1 dir=$2
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -28,4 +29,25 @@ grep -aq "${erase}step 3/6 | loss" "$dir/train.tty" || fail "train: the plain li
 "$tessera" "${args[@]}" --run-dir "$dir/pipe" | cat >"$dir/train.pipe" || fail "train through a pipe failed"
 grep -q $'[\r\e]' "$dir/train.pipe" && fail "train through a pipe printed control characters"
 grep -q "^step 6/6 | loss" "$dir/train.pipe" || fail "train through a pipe: no plain lines"
-echo "tty_progress_test: live lines on a terminal, plain ones through a pipe"
+TERM=xterm script -qec "'$tessera' tokenizer train --input '$dir/text' --vocab-size 300 --output '$dir/tok.json'" \
+  "$dir/tokenizer.tty" >/dev/null || fail "tokenizer train under a terminal failed"
+grep -aq "${erase}tokenizer: read 1/2 files, [0-9]* bytes, elapsed 0:00:0" "$dir/tokenizer.tty" ||
+  { cat -v "$dir/tokenizer.tty" >&2; fail "tokenizer train: no live line while reading"; }
+grep -aq "${erase}tokenizer: [0-9]*/43 merges [0-9.]*%, [0-9]* merges/s, elapsed" "$dir/tokenizer.tty" ||
+  { cat -v "$dir/tokenizer.tty" >&2; fail "tokenizer train: no live line while merging"; }
+grep -aq "${erase}tokenizer: trained on 2 files" "$dir/tokenizer.tty" ||
+  fail "tokenizer train: the summary does not replace the live line"
+
+TERM=xterm script -qec "'$tessera' ckpt convert '$dir/pipe' --to sharded --shards 3 --output '$dir/sharded'" \
+  "$dir/ckpt.tty" >/dev/null || fail "ckpt convert under a terminal failed"
+grep -aq "${erase}ckpt: reading $dir/pipe, elapsed" "$dir/ckpt.tty" ||
+  { cat -v "$dir/ckpt.tty" >&2; fail "ckpt convert: no live line while reading"; }
+grep -aq "${erase}ckpt: wrote shard 3/3 of step 6, elapsed" "$dir/ckpt.tty" ||
+  { cat -v "$dir/ckpt.tty" >&2; fail "ckpt convert: no live line for the last shard"; }
+grep -aq "${erase}ckpt: wrote .*sharded.*(sharded, 3 shards, step 6" "$dir/ckpt.tty" ||
+  fail "ckpt convert: the summary does not replace the live line"
+"$tessera" ckpt convert "$dir/pipe" --to gathered --output "$dir/gathered" | cat >"$dir/ckpt.pipe" ||
+  fail "ckpt convert through a pipe failed"
+grep -q $'[\r\e]' "$dir/ckpt.pipe" && fail "ckpt convert through a pipe printed control characters"
+
+echo "tty_progress_test: live lines on a terminal (prepare, train, tokenizer train, ckpt convert), plain ones through a pipe"

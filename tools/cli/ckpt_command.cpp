@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/live_line.h"
 #include "tessera/tessera.h"
 #include "tessera/train/detail/model_source.h"
 
@@ -62,10 +63,19 @@ nn::LoadedCheckpoint load_training_checkpoint(const std::string& spec) {
 // --run-dir <output>` resumes from it under any layout.
 void convert_training(const std::string& spec, const std::string& to, const std::string& output,
                       int64_t shards) {
+  LiveLine line;
+  line.update(str_cat("ckpt: reading ", spec), /*force=*/true);
   const nn::LoadedCheckpoint in = load_training_checkpoint(spec);
-  const std::string dir = to == "gathered"
-                              ? nn::save_checkpoint(output, in.data)
-                              : nn::save_sharded_checkpoint(output, in.data, int(shards));
+  line.update(str_cat("ckpt: writing ", to, " step ", in.data.step, " to ", output), true);
+  const std::string dir =
+      to == "gathered"
+          ? nn::save_checkpoint(output, in.data)
+          : nn::save_sharded_checkpoint(output, in.data, int(shards), 0, [&](int done, int all) {
+              line.update(str_cat("ckpt: wrote shard ", done, "/", all, " of step ",
+                                  in.data.step),
+                          /*force=*/done == all);
+            });
+  line.finish();
   std::cout << "ckpt: wrote " << dir << " (" << to
             << (to == "sharded" ? str_cat(", ", shards, " shards") : std::string()) << ", step "
             << in.data.step << ", from " << in.dir << ")\n";
@@ -82,8 +92,13 @@ void convert(const std::string& spec, const std::string& to, const std::string& 
                   "ckpt convert: --to sharded needs --shards N (1 to 65536), got ", shards);
     return convert_training(spec, to, output, shards);
   }
+  LiveLine line;
+  line.update(str_cat("ckpt: reading ", spec), /*force=*/true);
   LoadedModel m = load_model(spec, n_head);
   nn::StateDict weights = m.model->state_dict();
+  line.update(str_cat("ckpt: writing ", to, " (", m.model->num_parameters(), " parameters) to ",
+                      output),
+              true);
   if (to == "hf") {
     nn::export_hf_gpt2(output, weights, m.config);
   } else if (to == "llmc") {
@@ -96,6 +111,7 @@ void convert(const std::string& spec, const std::string& to, const std::string& 
     detail::throw_error("ckpt convert: --to must be hf, llmc, safetensors, gathered or sharded, ",
                         "got '", to, "'");
   }
+  line.finish();
   std::cout << "ckpt: wrote " << output << " (" << to << ", " << m.model->num_parameters()
             << " parameters)\n";
 }

@@ -1,14 +1,10 @@
 // `tessera prepare`: text files or folders -> token shards in llm.c's format.
 
-#include <unistd.h>
-
-#include <chrono>
-#include <cstdio>
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/live_line.h"
 #include "tessera/tessera.h"
-#include "tessera/train/metrics.h"
 
 namespace tessera::cli {
 
@@ -35,21 +31,18 @@ void add_prepare_command(CLI::App& app) {
     std::unique_ptr<data::Tokenizer> tok = data::load_tokenizer(f->tokenizer);
     f->options.tokenizer_source = f->tokenizer;
     // On a terminal, a live line: files done, tokens so far, their rate and the elapsed time.
-    const bool live = isatty(STDOUT_FILENO) == 1;
-    const auto start = std::chrono::steady_clock::now();
+    LiveLine line;
     int64_t files = 0;
     data::PrepareOptions options = f->options;  // the callback refers to this scope's state
-    if (live)
+    if (line.live())
       options.progress = [&](const std::string&, int64_t tokens) {
-        const double s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        std::printf("\r\x1b[2Kprepare: %lld files, %lld tokens, %.0f tokens/s, elapsed %s",
-                    (long long)++files, (long long)tokens, s > 0 ? double(tokens) / s : 0.0,
-                    train::clock_text(s).c_str());
-        std::fflush(stdout);
+        const double s = line.elapsed_s();
+        line.update(str_cat("prepare: ", ++files, " files, ", tokens, " tokens, ",
+                            int64_t(s > 0 ? double(tokens) / s : 0.0), " tokens/s"),
+                    /*force=*/true);  // once a file: never too often
       };
     data::PrepareSummary s = data::prepare_shards(*tok, options);
-    if (live) std::printf("\r\x1b[2K");
+    line.finish();
     std::cout << "prepare: " << s.input_files << " files (" << s.input_bytes << " bytes, "
               << s.documents << " documents) -> train " << s.train.total_tokens << " tokens in "
               << s.train.files.size() << " shards, val " << s.val.total_tokens << " tokens in "

@@ -1,9 +1,12 @@
 // `tessera tokenizer`: train a byte-level BPE, and encode or decode with any tokenizer.
 
+#include <algorithm>
+#include <cstdio>
 #include <iostream>
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/live_line.h"
 #include "tessera/core/file_io.h"
 #include "tessera/tessera.h"
 
@@ -21,15 +24,34 @@ struct TokenizerFlags {
 void run_train(const TokenizerFlags& f) {
   std::vector<std::string> files = data::list_input_files(f.inputs, f.extensions);
   TESSERA_CHECK(!files.empty(), "tokenizer train: no input files matched");
+  // On a terminal, a live line: files read, then merges made of the most there can be.
+  LiveLine line;
   std::vector<std::string> texts;
   int64_t bytes = 0;
   for (const std::string& path : files) {
     texts.push_back(read_text_file(path));
     bytes += int64_t(texts.back().size());
+    line.update(str_cat("tokenizer: read ", texts.size(), "/", files.size(), " files, ", bytes,
+                        " bytes"));
   }
   std::vector<std::string_view> docs(texts.begin(), texts.end());
-  data::BpeTokenizer tok = data::BpeTokenizer::train(docs, f.train);
+  data::BpeTrainOptions options = f.train;  // the callback refers to this scope's state
+  int64_t made = 0;
+  if (line.live())
+    options.progress = [&](int64_t merges, int64_t target) {
+      made = merges;
+      const double s = line.elapsed_s();
+      char text[128];
+      std::snprintf(text, sizeof text, "tokenizer: %lld/%lld merges %.1f%%, %.0f merges/s",
+                    (long long)merges, (long long)target,
+                    100.0 * double(merges) / double(std::max<int64_t>(target, 1)),
+                    s > 0 ? double(merges) / s : 0.0);
+      line.update(text, /*force=*/merges == 1);  // the first always shows: small runs are fast
+    };
+  data::BpeTokenizer tok = data::BpeTokenizer::train(docs, options);
+  if (made > 0) line.update(str_cat("tokenizer: ", made, " merges, saving"), /*force=*/true);
   tok.save(f.output);
+  line.finish();
   std::cout << "tokenizer: trained on " << files.size() << " files (" << bytes
             << " bytes): " << tok.vocab_size() << " ids (" << tok.merges().size() << " merges) -> "
             << f.output << "\n";

@@ -473,7 +473,8 @@ CheckpointData load_sharded_checkpoint(const std::string& dir_string) {
 }
 
 std::string save_sharded_checkpoint(const std::string& run_dir, const CheckpointData& data,
-                                    int ranks, int64_t keep) {
+                                    int ranks, int64_t keep,
+                                    const std::function<void(int, int)>& progress) {
   TESSERA_CHECK(ranks >= 1 && ranks <= 65536, "save_sharded_checkpoint: ranks must be in [1, ",
                 "65536], got ", ranks);
   begin_sharded_save(run_dir, data.step);
@@ -496,6 +497,7 @@ std::string save_sharded_checkpoint(const std::string& run_dir, const Checkpoint
       job.publish_timeout = 0;
     }
     write_shard(job);
+    if (progress) progress(ranks - r, ranks);
   }
   return checkpoint_path(run_dir, data.step);
 }

@@ -123,7 +123,9 @@ CheckpointData load_sharded_checkpoint(const std::string& dir);
 
 // Writes `data` as a sharded set of `ranks` shards (each tensor split by flat range), as the
 // ranks of a replicated run would: tessera ckpt convert's single-process -> sharded direction.
+// `progress`, when given, is called after each shard with the shards written so far.
 std::string save_sharded_checkpoint(const std::string& run_dir, const CheckpointData& data,
-                                    int ranks, int64_t keep = 0);
+                                    int ranks, int64_t keep = 0,
+                                    const std::function<void(int written, int ranks)>& progress = {});
 
 }  // namespace tessera::nn
