@@ -18,5 +18,6 @@ void add_schedule_command(CLI::App& app);
 void add_launch_command(CLI::App& app);
 void add_diagnose_command(CLI::App& app);
 void add_trace_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 
 }  // namespace tessera::cli

@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   tessera::cli::add_launch_command(app);
   tessera::cli::add_diagnose_command(app);
   tessera::cli::add_trace_command(app);
+  tessera::cli::add_plan_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,33 @@
+#include "tessera/plan/economics.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tessera/core/error.h"
+
+namespace tessera::plan {
+
+CheckpointEconomics checkpoint_economics(int nodes, const FailureModel& f, double run_s) {
+  TESSERA_CHECK(nodes >= 1, "plan: the job needs at least one node, got ", nodes);
+  for (auto [v, what] : {std::pair{f.node_failures_per_day, "node failure rate per day"},
+                         std::pair{f.save_stall_s, "save stall (s)"},
+                         std::pair{f.restart_s, "restart time (s)"}, std::pair{run_s, "run time"}})
+    TESSERA_CHECK(std::isfinite(v) && v >= 0, "plan: the ", what, " must be >= 0, got ", v);
+  CheckpointEconomics e;
+  if (f.node_failures_per_day == 0) {  // nothing fails: save only at the end
+    e.mtbf_s = INFINITY;
+    e.goodput = 1;
+    return e;
+  }
+  e.mtbf_s = 86400.0 / (nodes * f.node_failures_per_day);
+  const double M = e.mtbf_s, d = f.save_stall_s, R = f.restart_s;
+  // Daly 2006; a free save (d = 0) would checkpoint every step: take one second.
+  e.interval_s = d > 0 ? std::max(1.0, std::sqrt(2 * d * (M + R)) - d) : 1.0;
+  e.lost_per_failure_s = e.interval_s / 2 + R;
+  e.waste = std::min(1.0, d / e.interval_s + e.lost_per_failure_s / M);
+  e.goodput = 1 - e.waste;
+  e.failures = run_s / M;
+  return e;
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,33 @@
+#pragma once
+// Failure and checkpoint economics (docs/resilience.md has the derivation): a job on N nodes,
+// each failing at rate λ per day, fails every M = 86,400 / (N λ) seconds on average. Saving
+// every τ seconds at a stall of δ seconds per save, and recovering in R seconds (detection,
+// relaunch, reload), a job loses the share
+//
+//     waste(τ) = δ / τ + (τ / 2 + R) / M
+//
+// of its time: the stalls, half an interval of redone steps per failure, the recovery. It is
+// least at Young's interval τ* = sqrt(2 δ M) (Daly's refinement, sqrt(2 δ (M + R)) - δ,
+// differs by under 1% when δ, R << M, and is what is used), and the goodput is 1 - waste(τ*).
+
+namespace tessera::plan {
+
+struct FailureModel {
+  double node_failures_per_day = 0.05;  // a common planning figure: 5% of nodes a day
+  double save_stall_s = 0;              // δ: what a save costs the training loop
+  double restart_s = 0;                 // R: from the failure to training again
+};
+
+struct CheckpointEconomics {
+  double mtbf_s = 0;              // M: of the whole job
+  double interval_s = 0;          // τ*, Daly
+  double lost_per_failure_s = 0;  // τ* / 2 + R
+  double waste = 0;               // at τ*
+  double goodput = 0;             // 1 - waste
+  double failures = 0;            // expected over `run_s` of wall time (0 when none given)
+};
+
+// Throws naming the field when a figure is negative or not finite, or the node count < 1.
+CheckpointEconomics checkpoint_economics(int nodes, const FailureModel& model, double run_s = 0);
+
+}  // namespace tessera::plan
