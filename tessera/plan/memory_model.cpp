@@ -153,7 +153,16 @@ MemoryEstimate estimate_memory(const Workload& w, const Layout& l, int pp_rank,
   const int64_t vocab_rows = round_up(m.vocab_size, m.vocab_multiple * l.tp) / l.tp;
   // Peak chunks in flight, spread over the rank's v chunks: the average chunk's saves.
   e.in_flight = peak_in_flight(l, pp_rank);
-  const int64_t per_micro = rank_activation_bytes(w, l, pp_rank);
+  int64_t per_micro = rank_activation_bytes(w, l, pp_rank);
+  // Softmax output, dropout mask and output: 5 bytes per score in 16 bits (Korthikanti et al.).
+  const int64_t scores = options.materialized_attention
+                             ? 5 * m.n_head / l.tp * s * s * l.micro_batch(w)
+                             : 0;
+  if (l.recompute.mode == nn::RecomputeMode::none) {
+    int64_t layers = 0;
+    for (int c = 0; c < l.virtual_stages; ++c) layers += chunk_slice(m, l, pp_rank, c).layers;
+    per_micro += layers * scores;
+  }
   e.activations = per_micro * e.in_flight / l.virtual_stages;
   bool holds_head = false;
   for (int c = 0; c < l.virtual_stages; ++c) holds_head |= chunk_slice(m, l, pp_rank, c).head;
@@ -168,7 +177,8 @@ MemoryEstimate estimate_memory(const Workload& w, const Layout& l, int pp_rank,
   if (l.recompute.mode == nn::RecomputeMode::full)
     transient = std::max(transient, nn::block_activation_bytes(m, nn::RecomputeMode::none, b, s,
                                                                nn::compute_dtype(w.precision),
-                                                               l.tp, l.sequence_parallel));
+                                                               l.tp, l.sequence_parallel) +
+                                        scores);
   // ZeRO-3 holds the units in use (the tied head reads two) and the prefetched next one, in
   // the compute dtype: three of the largest (zero_memory_test.cpp's bound).
   if (l.zero == 3) {
@@ -177,7 +187,6 @@ MemoryEstimate estimate_memory(const Workload& w, const Layout& l, int pp_rank,
     transient += 3 * largest * (w.precision == nn::Precision::fp32 ? 4 : e_size);
   }
   e.buffers = transient + int64_t(options.reserve_gb * 1e9);
-  (void)local;
   return e;
 }
 

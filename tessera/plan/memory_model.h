@@ -55,6 +55,10 @@ ModelStates model_state_bytes(const nn::GPTConfig& model, const Layout& layout,
 
 struct MemoryOptions {
   double reserve_gb = 0;  // the runtime's own (a GPU: 2.5; the CPU: 0)
+  // The s x s attention scores pass through memory (Megatron-LM 2021; Tessera's fused kernel
+  // never stores them): Korthikanti et al.'s 5 a s / h term per layer, kept without
+  // recomputation and rebuilt one layer at a time under full recomputation.
+  bool materialized_attention = false;
 };
 
 struct MemoryEstimate {

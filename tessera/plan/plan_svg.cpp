@@ -91,13 +91,15 @@ std::string render_plan_svg(const PlanRequest& r, const PlanResult& result, int 
     }
     s << "<line x1='" << xpos(c.capacity_bytes / 1e9) << "' y1='" << y << "' x2='"
       << xpos(c.capacity_bytes / 1e9) << "' y2='" << y + bar_h << "' stroke='black' "
-      << "stroke-width='2'/>\n";
+      << "stroke-width='2'/>\n<line x1='" << xpos(c.usable_bytes / 1e9) << "' y1='" << y
+      << "' x2='" << xpos(c.usable_bytes / 1e9) << "' y2='" << y + bar_h
+      << "' stroke='black' stroke-dasharray='3,2'/>\n";
   }
   for (int k = 0; k < 5; ++k)
     s << "<rect x='" << x0 + k * 66 << "' y='" << H - 28 << "' width='10' height='10' fill='"
       << kPartColors[k] << "'/><text x='" << x0 + k * 66 + 13 << "' y='" << H - 19 << "'>"
       << kPartNames[k] << "</text>\n";
-  s << "<text x='" << left << "' y='" << H - 19 << "'>black line: the GPU's memory</text>\n";
+  s << "<text x='" << left << "' y='" << H - 19 << "'>black: the GPU's memory; dashed: the usable share</text>\n";
 
   // Right: every fitting layout, time against cost.
   const bool days = w.train_tokens > 0;

@@ -44,6 +44,8 @@ void check_request(const PlanRequest& r) {
   TESSERA_CHECK(s.zero >= -1 && s.zero <= 3, "plan: ZeRO stage must be 0-3, got ", s.zero);
   TESSERA_CHECK(std::isfinite(r.memory.reserve_gb) && r.memory.reserve_gb >= 0,
                 "plan: the memory reserve must be >= 0 GB, got ", r.memory.reserve_gb);
+  TESSERA_CHECK(r.usable_fraction > 0 && r.usable_fraction <= 1,
+                "plan: the usable share of GPU memory must be in (0, 1], got ", r.usable_fraction);
 }
 
 double rank_key(const Candidate& c, const PlanRequest& r) {
@@ -54,14 +56,17 @@ double rank_key(const Candidate& c, const PlanRequest& r) {
 }  // namespace
 
 Candidate evaluate(const Workload& w, const Layout& l, const Cluster& cluster, int index,
-                   const MemoryOptions& memory, const EngineProfile& engine) {
+                   const PlanRequest& r) {
   Candidate c;
   c.cluster = index;
   c.layout = l;
+  MemoryOptions memory = r.memory;
+  memory.materialized_attention = r.engine.materialized_attention;
   c.memory = estimate_memory(w, l, memory);
-  c.time = estimate_time(w, l, cluster.gpu, engine);
+  c.time = estimate_time(w, l, cluster.gpu, r.engine);
   c.capacity_bytes = cluster.gpu.memory_gb * 1e9;
-  c.fits = double(c.memory.total()) <= c.capacity_bytes;
+  c.usable_bytes = c.capacity_bytes * r.usable_fraction;
+  c.fits = double(c.memory.total()) <= c.usable_bytes;
   const double n = l.gpus(), step = c.time.step_s;
   c.mfu = c.time.model_flops / (n * cluster.gpu.bf16_tflops * 1e12 * step);
   c.tflops_per_gpu = c.time.hardware_flops / (n * step) / 1e12;
@@ -116,7 +121,7 @@ PlanResult plan(const PlanRequest& r) {
                     ++out.considered;
                     if (!l.invalid_reason(w).empty()) continue;
                     ++out.valid;
-                    Candidate c = evaluate(w, l, cluster, int(ci), r.memory, r.engine);
+                    Candidate c = evaluate(w, l, cluster, int(ci), r);
                     if (least < 0 || double(c.memory.total()) < least) {
                       least = double(c.memory.total());
                       out.smallest = c;
@@ -141,7 +146,7 @@ PlanResult plan(const PlanRequest& r) {
     const Candidate& c = out.smallest;
     out.nothing_fits = str_cat(
         w.model_name, " fits nowhere: its smallest layout (", c.layout.describe(w), ") needs ",
-        c.memory.total() / 1e9, " GB per GPU against ", c.capacity_bytes / 1e9, " GB on ",
+        c.memory.total() / 1e9, " GB per GPU against ", c.usable_bytes / 1e9, " GB usable on ",
         r.clusters[size_t(c.cluster)].gpu.name, "; use more GPUs, a larger GPU or a shorter "
         "sequence");
   }

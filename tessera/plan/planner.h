@@ -49,12 +49,16 @@ struct PlanRequest {
   std::vector<Cluster> clusters;
   SearchSpace space;
   MemoryOptions memory{2.5};  // GB kept for the CUDA context, cuBLAS workspace, NCCL buffers
+  // A layout fits when its estimate is within this share of the GPU's memory: the caching
+  // allocator's fragmentation and the libraries' workspaces vary by a few GB in practice.
+  double usable_fraction = 0.9;
   EngineProfile engine = EngineProfile::tessera();
   RankBy rank_by = RankBy::time;
 };
 
 struct Candidate {
   int cluster = 0;  // index into PlanRequest::clusters
+  double usable_bytes = 0;   // capacity x usable_fraction: what `fits` compares against
   Layout layout;
   MemoryEstimate memory;
   TimeEstimate time;
@@ -79,7 +83,7 @@ PlanResult plan(const PlanRequest& request);
 
 // The estimate of one layout on one cluster (no validity check beyond what the models need).
 Candidate evaluate(const Workload& w, const Layout& layout, const Cluster& cluster, int index,
-                   const MemoryOptions& memory, const EngineProfile& engine);
+                   const PlanRequest& request);
 
 // The best candidate for each distinct (tp, pp) pair, best first: the form Narayanan et al.'s
 // tables compare layouts in.

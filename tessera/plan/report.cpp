@@ -96,7 +96,7 @@ nlohmann::json candidate_to_json(const PlanRequest& r, const Candidate& c) {
            {{"pp_rank", m.pp_rank}, {"parameters", m.parameters}, {"gradients", m.gradients},
             {"optimizer", m.optimizer}, {"activations", m.activations}, {"buffers", m.buffers},
             {"offloaded", m.offloaded}, {"in_flight", m.in_flight}, {"total", m.total()},
-            {"capacity", c.capacity_bytes}}},
+            {"capacity", c.capacity_bytes}, {"usable", c.usable_bytes}}},
           {"time_s",
            {{"step", t.step_s}, {"pipeline", t.pipeline_s}, {"forward_chunk", t.forward_chunk_s},
             {"backward_chunk", t.backward_chunk_s}, {"bubble", t.bubble_s},

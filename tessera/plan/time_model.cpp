@@ -56,6 +56,23 @@ double send_seconds(double bytes, const Link& l) {
   return bytes <= 0 ? 0 : alpha(l) + seconds(bytes, l);
 }
 
+PipelineTime pipeline_time(int p, int v, int m, double t_f, double t_b, double send,
+                           bool p2p_every_step) {
+  PipelineTime out;
+  const double steps = double(m) * v + p - 1;
+  out.bubble = (p - 1) * (t_f + t_b);
+  if (p > 1) {
+    if (p2p_every_step)
+      out.transfers = 2 * steps * send;
+    else if (v == 1)
+      out.transfers = (2.0 * (p - 1) / p * m + 2.0 * (p - 2)) * send;
+    else
+      out.transfers = 2.0 * (double(p) * v - 1) * send;
+  }
+  out.makespan = steps * (t_f + t_b) + out.transfers;
+  return out;
+}
+
 Link group_link(int size, int stride, const GpuSpec& g) {
   const int gpn = g.gpus_per_node;
   if (int64_t(size) * stride <= gpn) return {g.nvlink_gbps, g.nvlink_latency_us};
@@ -118,23 +135,20 @@ TimeEstimate estimate_time(const Workload& w, const Layout& l, const GpuSpec& g,
   t.forward_chunk_s = per_chunk * (layer_fwd + tp_pass) + head_share;
   t.backward_chunk_s = per_chunk * (2 * layer_fwd + tp_pass + selective) +
                        recomputed * (layer_fwd + tp_pass) + 2 * head_share;
-  const double chunk_steps = double(l.microbatches) * l.virtual_stages + l.pp - 1;
-  const double step_pair = t.forward_chunk_s + t.backward_chunk_s;
-  t.bubble_s = (l.pp - 1) * step_pair;
-  t.tp_comm_s = chunk_steps * per_chunk * (3 * tp_pass + recomputed / std::max<double>(per_chunk, 1) * tp_pass);
+  // Every chunk's forward and backward on this rank, and each recomputed block's second forward.
+  t.tp_comm_s = double(l.microbatches) * l.virtual_stages * (2 * per_chunk + recomputed) * tp_pass;
+  double send = 0;
   if (l.pp > 1) {
     const double p2p_bytes =
         tokens * h * e / (l.sequence_parallel || engine.scatter_gather_p2p ? tp : 1);
-    const double send = send_seconds(p2p_bytes, pp_link);
-    const double p = l.pp, v = l.virtual_stages, mb = l.microbatches;
-    if (engine.p2p_every_step)
-      t.p2p_s = chunk_steps * 2 * send;
-    else if (l.virtual_stages == 1)
-      t.p2p_s = (2 * (p - 1) / p * mb + 2 * (p - 2)) * send;
-    else
-      t.p2p_s = 2 * (p * v - 1) * send;
+    send = send_seconds(p2p_bytes, pp_link);
   }
-  t.pipeline_s = chunk_steps * step_pair + t.p2p_s;
+  const PipelineTime pipe = pipeline_time(l.pp, l.virtual_stages, l.microbatches,
+                                          t.forward_chunk_s, t.backward_chunk_s, send,
+                                          engine.p2p_every_step);
+  t.pipeline_s = pipe.makespan;
+  t.bubble_s = pipe.bubble;
+  t.p2p_s = pipe.transfers;
 
   // Data parallelism over this rank's padded elements (the fullest rank: the first stage).
   const ModelStates states = model_state_bytes(m, l, w.precision, 0);

@@ -67,6 +67,18 @@ double reduce_scatter_seconds(double bytes, int ranks, const Link& link);  // by
 double all_gather_seconds(double bytes, int ranks, const Link& link);      // bytes: the output
 double send_seconds(double bytes, const Link& link);
 
+// A pipeline step's makespan: p ranks of v chunks each, m micro-batches, a chunk's forward and
+// backward taking t_f and t_b, a transfer `send` seconds. The formulas the dry-run simulator
+// gives for 1F1B and interleaved 1F1B (tests hold them to simulate()):
+//   (m v + p - 1)(t_f + t_b) + transfers, where transfers are, posted asynchronously,
+//   v = 1: (2 (p-1)/p m + 2 (p-2)) send;  v > 1: 2 (p v - 1) send;
+//   waited for at every chunk-step (Megatron-LM 2021): 2 (m v + p - 1) send.
+struct PipelineTime {
+  double makespan = 0, bubble = 0, transfers = 0;
+};
+PipelineTime pipeline_time(int p, int v, int m, double t_f, double t_b, double send,
+                           bool p2p_every_step);
+
 // The link a group of `size` ranks, `stride` apart in the world, runs on.
 Link group_link(int size, int stride, const GpuSpec& gpu);
 

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include "cli/commands.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
+#include "tessera/plan/calibration.h"
 #include "tessera/plan/economics.h"
 #include "tessera/plan/plan_svg.h"
 #include "tessera/plan/planner.h"
@@ -41,10 +43,12 @@ struct PlanFlags {
   int tp = 0, pp = 0, dp = 0, virtual_stages = 0, micro_batch = 0, zero = -1;
   std::string recompute = "none,selective,full";
   bool no_sequence_parallel = false, offload = false;
-  double reserve_gb = 2.5;
+  double reserve_gb = 2.5, usable_memory = 0.9;
   double node_failure_rate = 0.05, save_seconds = -1, restart_seconds = -1;
   double storage_gbps = 2;
   bool validate = false;
+  std::string calibrate;
+  CLI::Option* gpu_option = nullptr;  // to tell a given --gpu from the default
 };
 
 // "300B" -> 3e11; "4M" -> 4e6; "2048" -> 2048. Throws naming the flag.
@@ -124,16 +128,29 @@ void run_plan(const PlanFlags& f) {
         f.gpu_table.empty() ? plan::GpuTable::builtin() : plan::GpuTable::load(f.gpu_table)));
     return;
   }
-  plan::PlanRequest r;
-  r.workload = workload_of(f);
   const plan::GpuTable table =
       f.gpu_table.empty() ? plan::GpuTable::builtin() : plan::GpuTable::load(f.gpu_table);
+  // A run directory replaces its hardware's assumed figures with measured ones: the run's own
+  // device (this CPU, or the one --gpu type it ran on) becomes the hardware planned for.
+  std::optional<plan::GpuSpec> calibrated;
+  if (!f.calibrate.empty()) {
+    const bool gpu_named = f.gpu_option != nullptr && f.gpu_option->count() > 0;
+    TESSERA_CHECK(!gpu_named || split_list(f.gpu).size() == 1, "plan --calibrate: name the one ",
+                  "GPU type the run ran on, got --gpu ", f.gpu);
+    const plan::GpuSpec* gpu = gpu_named ? &table.find(f.gpu) : nullptr;
+    const plan::Calibration c = plan::calibrate(f.calibrate, gpu);
+    std::cout << plan::format_calibration(c);
+    if (f.model.empty()) return;  // the report alone
+    calibrated = c.calibrated;
+  }
+  plan::PlanRequest r;
+  r.workload = workload_of(f);
   for (const std::string& name : split_list(f.gpu))
     for (const std::string& count : split_list(f.gpus)) {
       const double n = parse_size(count, "--gpus");
       TESSERA_CHECK(n >= 1 && n <= double(1 << 20) && n == std::floor(n), "plan: --gpus ", count,
                     " must be a whole number in [1, ", 1 << 20, "]");
-      plan::GpuSpec g = table.find(name);
+      plan::GpuSpec g = calibrated ? *calibrated : table.find(name);
       if (f.gpus_per_node > 0) g.gpus_per_node = f.gpus_per_node;
       plan::Cluster c = plan::Cluster::of(g, int(n));
       if (f.price >= 0) c.usd_per_hour = f.price;
@@ -152,6 +169,7 @@ void run_plan(const PlanFlags& f) {
   r.space.try_sequence_parallel = !f.no_sequence_parallel;
   r.space.try_offload = f.offload;
   r.memory.reserve_gb = f.reserve_gb;
+  r.usable_fraction = f.usable_memory;
 
   const plan::PlanResult result = plan::plan(r);
   // Nothing fits: one line, the smallest layout and what it needs, and a non-zero exit.
@@ -210,7 +228,8 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--batch-tokens", f->batch_tokens, "tokens per step, e.g. 4M");
   cmd->add_option("--tokens", f->tokens, "tokens to train on, e.g. 2T (days and cost need it)");
   cmd->add_option("--precision", f->precision, "bf16 (default), fp16 or fp32");
-  cmd->add_option("--gpu", f->gpu, "GPU type(s), comma-separated (a100-40gb, a100-80gb, h100, h200, b200)");
+  f->gpu_option = cmd->add_option(
+      "--gpu", f->gpu, "GPU type(s), comma-separated (a100-40gb, a100-80gb, h100, h200, b200)");
   cmd->add_option("--gpus", f->gpus, "GPU count(s), comma-separated");
   cmd->add_option("--gpus-per-node", f->gpus_per_node, "override the table's GPUs per node");
   cmd->add_option("--price", f->price, "USD per GPU-hour (default: the table's)");
@@ -229,10 +248,15 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--no-sequence-parallel", f->no_sequence_parallel, "never split the sequence under tp");
   cmd->add_flag("--offload", f->offload, "also try optimizer offload");
   cmd->add_option("--reserve-gb", f->reserve_gb, "GB per GPU kept for the runtime (default 2.5)");
+  cmd->add_option("--usable-memory", f->usable_memory,
+                  "the share of GPU memory a layout may fill (default 0.9: fragmentation headroom)");
   cmd->add_option("--node-failure-rate", f->node_failure_rate, "failures per node and day (default 0.05)");
   cmd->add_option("--save-seconds", f->save_seconds, "the stall of one checkpoint save (default: from --storage-gbps)");
   cmd->add_option("--restart-seconds", f->restart_seconds, "from a failure to training again (default: 120 s + reading the checkpoint)");
   cmd->add_option("--storage-gbps", f->storage_gbps, "checkpoint write and read GB/s per node (default 2)");
+  cmd->add_option("--calibrate", f->calibrate,
+                  "a run directory of tessera train: fit the compute efficiency and link bandwidth "
+                  "to what it measured, check its memory, and plan on that hardware");
   cmd->add_flag("--validate", f->validate,
                 "print the planner against Narayanan et al. 2021's tables and DeepSpeed's ZeRO-3 "
                 "estimator (docs/planning.md)");
