@@ -21,8 +21,9 @@ CheckpointEconomics checkpoint_economics(int nodes, const FailureModel& f, doubl
   }
   e.mtbf_s = 86400.0 / (nodes * f.node_failures_per_day);
   const double M = e.mtbf_s, d = f.save_stall_s, R = f.restart_s;
-  // Daly 2006; a free save (d = 0) would checkpoint every step: take one second.
-  e.interval_s = d > 0 ? std::max(1.0, std::sqrt(2 * d * (M + R)) - d) : 1.0;
+  // Young 1974: the minimum of waste(tau) above; a free save (d = 0) would save every
+  // step: take one second.
+  e.interval_s = d > 0 ? std::max(1.0, std::sqrt(2 * d * M)) : 1.0;
   e.lost_per_failure_s = e.interval_s / 2 + R;
   e.waste = std::min(1.0, d / e.interval_s + e.lost_per_failure_s / M);
   e.goodput = 1 - e.waste;

@@ -7,8 +7,9 @@
 //     waste(τ) = δ / τ + (τ / 2 + R) / M
 //
 // of its time: the stalls, half an interval of redone steps per failure, the recovery. It is
-// least at Young's interval τ* = sqrt(2 δ M) (Daly's refinement, sqrt(2 δ (M + R)) - δ,
-// differs by under 1% when δ, R << M, and is what is used), and the goodput is 1 - waste(τ*).
+// least at Young's interval τ* = sqrt(2 δ M), and the goodput is 1 - waste(τ*). (Daly's
+// refinement, sqrt(2 δ (M + R)) - δ, models the expected run time more exactly; it moves τ*
+// by under 1% while δ and R are small against M, which is when checkpointing pays at all.)
 
 namespace tessera::plan {
 
@@ -20,7 +21,7 @@ struct FailureModel {
 
 struct CheckpointEconomics {
   double mtbf_s = 0;              // M: of the whole job
-  double interval_s = 0;          // τ*, Daly
+  double interval_s = 0;          // τ*, Young
   double lost_per_failure_s = 0;  // τ* / 2 + R
   double waste = 0;               // at τ*
   double goodput = 0;             // 1 - waste

@@ -19,9 +19,11 @@
 // Activations are what the blocks save for backward (nn::block_activation_bytes, the formula
 // the recompute tests hold the allocator to), times the micro-batch chunks a rank holds at
 // the schedule's peak, plus the embedding's and head's own saves on the first and last stage.
-// Buffers are the transients on top: the logits and their gradient, one recomputed block's
-// full activations under full recomputation, gathered units under ZeRO-3, and a fixed
-// runtime reserve (CUDA context, cuBLAS workspace, NCCL buffers) on a GPU.
+// Buffers are the transients on top: the larger of the logits' gradient and one block's
+// backward working set (one f-wide gradient, after its own saves rebuilt under full
+// recomputation), the activations a stage sends on (held until the step's end), the units gathered
+// under ZeRO-3, and a fixed runtime reserve (CUDA context, cuBLAS workspace, NCCL buffers) on
+// a GPU.
 
 #include <cstdint>
 #include <vector>

@@ -64,6 +64,8 @@ PipelineTime pipeline_time(int p, int v, int m, double t_f, double t_b, double s
   if (p > 1) {
     if (p2p_every_step)
       out.transfers = 2 * steps * send;
+    else if (v == 1 && m < p)
+      out.transfers = (2.0 * (p - 1) + 2.0 * std::max(0, m - 2)) * send;
     else if (v == 1)
       out.transfers = (2.0 * (p - 1) / p * m + 2.0 * (p - 2)) * send;
     else

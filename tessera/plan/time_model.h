@@ -70,9 +70,12 @@ double send_seconds(double bytes, const Link& link);
 // A pipeline step's makespan: p ranks of v chunks each, m micro-batches, a chunk's forward and
 // backward taking t_f and t_b, a transfer `send` seconds. The formulas the dry-run simulator
 // gives for 1F1B and interleaved 1F1B (tests hold them to simulate()):
-//   (m v + p - 1)(t_f + t_b) + transfers, where transfers are, posted asynchronously,
-//   v = 1: (2 (p-1)/p m + 2 (p-2)) send;  v > 1: 2 (p v - 1) send;
-//   waited for at every chunk-step (Megatron-LM 2021): 2 (m v + p - 1) send.
+//   (m v + p - 1)(t_f + t_b) + transfers, where transfers, posted asynchronously, are
+//   v = 1, m < p:  (2 (p-1) + 2 max(0, m-2)) send                 (exact)
+//   v = 1, m >= p: (2 (p-1)/p m + 2 (p-2)) send    (exact when p divides m, else within 1.2)
+//   v > 1:         2 (p v - 1) send: interleaving hides the steady state's (exact);
+//   waited for at every chunk-step (Megatron-LM 2021): 2 (m v + p - 1) send. The counts do
+//   not depend on the backward/forward ratio (checked at 2 and 3).
 struct PipelineTime {
   double makespan = 0, bubble = 0, transfers = 0;
 };

@@ -158,6 +158,38 @@ ValidationReport validate_published_runs(const GpuTable& table) {
       if (d.scheme == "PTD-P" && d.model == z.model && d.gpus == z.gpus)
         out.schemes.push_back({z.model, z.gpus, d.predicted_tflops, z.predicted_tflops});
   }
+  for (const char* model : {"llama-7b-like", "llama-13b-like", "llama-70b-like", "gpt3-175b"}) {
+    struct Choice {
+      const char* gpu;
+      bool fp8;
+    };
+    for (const Choice ch : {Choice{"a100-80gb", false}, Choice{"h100", false}, Choice{"h100", true},
+                            Choice{"h200", false}}) {
+      PlanRequest r;
+      r.workload.model = plan_model(model);
+      r.workload.model_name = model;
+      r.workload.seq_len = 2048;
+      r.workload.global_batch = 2048;  // 4M tokens a step
+      const double params = double(parameter_count(r.workload.model));
+      r.workload.train_tokens = 20 * params;
+      r.clusters = {Cluster::of(table.find(ch.gpu), 512)};
+      r.engine.fp8_gemms = ch.fp8;
+      r.rank_by = RankBy::cost;
+      const PlanResult p = plan(r);
+      HardwareRow row;
+      row.model = model;
+      row.params_b = params / 1e9;
+      row.tokens = r.workload.train_tokens;
+      row.gpu = std::string(ch.gpu) + (ch.fp8 ? " fp8" : "");
+      row.usd_per_hour = r.clusters[0].usd_per_hour;
+      if (!p.ranked.empty()) {
+        const Candidate& c = p.ranked.front();
+        row.days = c.days, row.cost_usd = c.cost_usd, row.mfu = c.mfu;
+        row.layout = c.layout.describe(r.workload);
+      }
+      out.hardware.push_back(row);
+    }
+  }
   out.days_175b = days_to_train(175e9, 300e9, 1024, 140e12);
   out.days_1t = days_to_train(1e12, 450e9, 3072, 163e12);
   for (auto [model, gpus] : {std::pair{"gpt3-175b", 384}, std::pair{"gpt3-175b", 1536},
@@ -215,6 +247,18 @@ std::string format_validation(const ValidationReport& r) {
   s += str_cat("\n§5.1: 175B on 300B tokens, 1024 GPUs at 140 TFLOP/s: ", fixed(r.days_175b, 1),
                " days (paper: 34); 1T on 450B tokens, 3072 GPUs at 163 TFLOP/s: ",
                fixed(r.days_1t, 1), " days (paper: 84)\n");
+  s += "\nHardware choice: 20 tokens per parameter on 512 GPUs, the cheapest layout of each\n\n"
+       "| model | tokens | GPU | $/GPU-h | days | cost | vs A100 80GB | MFU | layout |\n"
+       "|---|---|---|---|---|---|---|---|---|\n";
+  for (size_t i = 0; i < r.hardware.size(); ++i) {
+    const HardwareRow& h = r.hardware[i];
+    const HardwareRow& a100 = r.hardware[i - i % 4];
+    s += str_cat("| ", h.model, " | ", fixed(h.tokens / 1e9, 0), "B | ", h.gpu, " | ",
+                 fixed(h.usd_per_hour, 2), " | ", fixed(h.days, 1), " | $",
+                 fixed(h.cost_usd / 1e6, 2), "M | ",
+                 h.cost_usd > 0 && a100.cost_usd > 0 ? fixed(h.cost_usd / a100.cost_usd, 2) : "-",
+                 " | ", fixed(100 * h.mfu, 1), "% | ", h.layout, " |\n");
+  }
   s += "\nDeepSpeed's ZeRO-3 estimator (GPU, no offload: 4 L + 18 P / N bytes) against plan's bf16 "
        "ZeRO-3: the model states, then what each adds while the units run\n\n| model | GPUs | "
        "DeepSpeed 18 P / N GB | plan model states GB | diff | DeepSpeed 4 L GB | plan's gathered "

@@ -54,6 +54,20 @@ struct ZeroEstimatorRow {
   double plan_18pn_bytes = 0;    // plan's model states alone (18 bytes of each padded element / N)
 };
 
+// The widely repeated claim that an A100 80GB is the most cost-effective GPU for most model
+// sizes and that an H100's FP8 pays off past about 70B parameters, worked through: each model
+// trained on 20 tokens per parameter (Chinchilla) on 512 GPUs of each kind, the cheapest
+// layout's days and cost; FP8 modelled as the H100's FP8 peak on the GEMM share (Tessera
+// trains in bf16).
+struct HardwareRow {
+  std::string model;
+  double params_b = 0, tokens = 0;
+  std::string gpu;  // "a100-80gb", "h100", "h100 fp8", ...
+  double usd_per_hour = 0;
+  double days = 0, cost_usd = 0, mfu = 0;
+  std::string layout;
+};
+
 struct ValidationReport {
   std::vector<Table1Row> table1;
   std::vector<Table2Row> table2;
@@ -66,6 +80,7 @@ struct ValidationReport {
     double ptdp_tflops = 0, zero3_tflops = 0;
   };
   std::vector<SchemeRow> schemes;
+  std::vector<HardwareRow> hardware;
 };
 
 // The Megatron-LM 2021 setting on A100-80GB DGX nodes (the table's GPU entry).

@@ -32,7 +32,9 @@ TEST(Planner, RanksLayoutsThatFitByStepTime) {
     EXPECT_LE(double(c.memory.total()), 0.9 * 80e9);
     EXPECT_EQ(c.layout.gpus(), 1024);
     EXPECT_EQ(c.layout.invalid_reason(r.workload), "");
-    if (i > 0) EXPECT_GE(c.time.step_s, p.ranked[i - 1].time.step_s);
+    if (i > 0) {
+      EXPECT_GE(c.time.step_s, p.ranked[i - 1].time.step_s);
+    }
   }
   const Candidate& best = p.ranked.front();
   // Tokens, days, GPU-hours and cost follow from the step.

@@ -41,8 +41,12 @@ TEST(Validation, DeepSpeedZero3ModelStates) {
     EXPECT_NEAR(z.plan_18pn_bytes / z.deepspeed_18pn_bytes, 1.0, 1e-3) << z.model;
 }
 
-// Every row's (t, p) fits and is ranked; the rows where the paper's pair is in plan's top 3
-// are asserted, the others are listed in docs/planning.md with plan's reasons.
+// Every row's (t, p) fits and is ranked. The issue asks for the paper's pair among plan's top 3
+// in every row; plan meets that in 7 of the 10 and not for 7.5B, 18.4B and 39.1B, where it
+// ranks splits with less tensor parallelism (more data or pipeline parallelism inside the node)
+// 3-13% faster than Megatron-LM's tensor-first choice (docs/planning.md gives the figures). The
+// count guards against the model getting worse; it is not the issue's bar.
+constexpr int kTable1RowsInTopThree = 7;
 TEST(Validation, Table1PaperPairsAmongPlansTopThree) {
   ASSERT_EQ(report().table1.size(), 10u);
   int in_top3 = 0;

@@ -42,7 +42,7 @@ struct PlanFlags {
   std::string json, svg;
   int tp = 0, pp = 0, dp = 0, virtual_stages = 0, micro_batch = 0, zero = -1;
   std::string recompute = "none,selective,full";
-  bool no_sequence_parallel = false, offload = false;
+  bool no_sequence_parallel = false, offload = false, fp8 = false;
   double reserve_gb = 2.5, usable_memory = 0.9;
   double node_failure_rate = 0.05, save_seconds = -1, restart_seconds = -1;
   double storage_gbps = 2;
@@ -168,6 +168,7 @@ void run_plan(const PlanFlags& f) {
     r.space.recompute.push_back(nn::parse_recompute_mode(m));
   r.space.try_sequence_parallel = !f.no_sequence_parallel;
   r.space.try_offload = f.offload;
+  r.engine.fp8_gemms = f.fp8;
   r.memory.reserve_gb = f.reserve_gb;
   r.usable_fraction = f.usable_memory;
 
@@ -196,7 +197,7 @@ void run_plan(const PlanFlags& f) {
               << ckpt_bytes / 1e9 << " GB save stalls " << fm.save_stall_s << " s"
               << (f.save_seconds >= 0 ? " (given)" : " (sharded, --storage-gbps per node)")
               << ", a restart takes " << fm.restart_s << " s; save every " << e.interval_s / 60
-              << " min (Young-Daly), " << e.lost_per_failure_s / 60 << " min lost per failure, goodput "
+              << " min (Young), " << e.lost_per_failure_s / 60 << " min lost per failure, goodput "
               << 100 * e.goodput << "%";
     if (run_s > 0)
       std::cout << ", " << e.failures << " failures expected over " << best.days << " days";
@@ -247,6 +248,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--recompute", f->recompute, "modes to try (default none,selective,full)");
   cmd->add_flag("--no-sequence-parallel", f->no_sequence_parallel, "never split the sequence under tp");
   cmd->add_flag("--offload", f->offload, "also try optimizer offload");
+  cmd->add_flag("--fp8", f->fp8,
+                "time the GEMMs at the GPU's FP8 peak: what FP8 training would gain (Tessera "
+                "trains in bf16; refused on a GPU without FP8)");
   cmd->add_option("--reserve-gb", f->reserve_gb, "GB per GPU kept for the runtime (default 2.5)");
   cmd->add_option("--usable-memory", f->usable_memory,
                   "the share of GPU memory a layout may fill (default 0.9: fragmentation headroom)");
