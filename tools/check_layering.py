@@ -32,7 +32,7 @@ FOLDERS = {
     "nccl_sim": {"core", "cuda"},
     "parallel": {"core", "autograd", "data", "nn", "cuda", "nccl_sim"},
     "train": {"core", "autograd", "data", "nn", "cuda", "parallel"},
-    "plan": {"core", "nn", "parallel", "train"},
+    "plan": {"core", "data", "nn", "parallel", "train"},
 }
 # Levels of the sub-folders where the order is defined ("." is the folder's own root files).
 # A file may include its own sub-folder and any at a lower level; equal levels are siblings.

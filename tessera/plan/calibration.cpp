@@ -1,18 +1,21 @@
 #include "tessera/plan/calibration.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <optional>
 #include <thread>
 
 #include "tessera/core/device.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
 #include "tessera/core/json_depth.h"
+#include "tessera/data/load_tokenizer.h"
 #include "tessera/train/metrics.h"
 #include "tessera/train/options.h"
 
@@ -51,6 +54,30 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
 
 double number(const nlohmann::json& j, const char* key, double fallback = 0) {
   return j.contains(key) && j[key].is_number() ? j[key].get<double>() : fallback;
+}
+
+// The model_config of the checkpoint `latest` names (a gathered set's state.json or a sharded
+// one's manifest.json), or nothing when the run saved none.
+std::optional<nn::GPTConfig> checkpoint_model_config(const std::string& run_dir) {
+  namespace fs = std::filesystem;
+  const fs::path latest = fs::path(run_dir) / "checkpoints" / "latest";
+  if (!fs::is_regular_file(latest)) return std::nullopt;
+  std::string name = read_text_file(latest.string());
+  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+  for (const char* file : {"state.json", "manifest.json"}) {
+    const fs::path path = fs::path(run_dir) / "checkpoints" / name / file;
+    if (!fs::is_regular_file(path)) continue;
+    const std::string text = read_text_file(path.string());
+    check_json_depth(text, path.string());
+    try {
+      const nlohmann::json j = nlohmann::json::parse(text);
+      if (j.contains("state") && j["state"].contains("model_config"))
+        return nn::GPTConfig::from_json(j["state"]["model_config"]);
+    } catch (const nlohmann::json::exception& e) {
+      detail::throw_error(path.string(), ": not JSON: ", e.what());
+    }
+  }
+  return std::nullopt;
 }
 
 // Pure compute the model predicts for the run's layout: the pipeline's work without its
@@ -114,13 +141,22 @@ Calibration calibrate(const std::string& run_dir, const GpuSpec* gpu, int skip_s
     o.update_from_json(j);
   }
   c.device = o.device;
+  // The model as the run resolved it: the newest checkpoint's model_config, else the options
+  // with the vocabulary of the run's tokenizer (as train/run_setup.cpp's resolve_config).
+  std::optional<nn::GPTConfig> resolved = checkpoint_model_config(run_dir);
+  if (!resolved) {
+    nn::GPTConfig m = o.model_config();
+    if (!o.model_overrides.contains("vocab_size"))
+      m.vocab_size = data::load_tokenizer(o.tokenizer)->vocab_size();
+    resolved = m;
+  }
   const bool on_cpu = Device::parse(o.device).type == DeviceType::cpu;
   TESSERA_CHECK(on_cpu || gpu != nullptr, "plan --calibrate: ", run_dir, " ran on ", o.device,
                 "; name the GPU type it ran on with --gpu");
   TESSERA_CHECK(!on_cpu || gpu == nullptr, "plan --calibrate: ", run_dir,
                 " ran on the CPU, so a GPU type (--gpu ", gpu ? gpu->name : "", ") cannot apply");
   const GpuSpec base = on_cpu ? cpu_spec() : *gpu;
-  c.workload.model = o.model_config();
+  c.workload.model = *resolved;
   c.workload.model_name = str_cat(run_dir, " (", o.preset, ")");
   c.workload.seq_len = o.seq_len;
   c.workload.global_batch = o.batch_size * (o.parallel() ? 1 : o.grad_accum);

@@ -8,6 +8,7 @@
 // Sizes take K, M, B (or G) and T suffixes (powers of 1000): --tokens 300B, --batch-tokens 4M.
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <fstream>
@@ -192,15 +193,18 @@ void run_plan(const PlanFlags& f) {
     fm.restart_s = f.restart_seconds >= 0 ? f.restart_seconds : 120 + ckpt_bytes / (nodes * f.storage_gbps * 1e9);
     const double run_s = best.days * 86400;
     const plan::CheckpointEconomics e = plan::checkpoint_economics(nodes, fm, run_s);
-    std::cout << "checkpoints: " << nodes << " nodes at " << f.node_failure_rate
-              << " failures per node-day fail every " << e.mtbf_s / 3600 << " h; a "
-              << ckpt_bytes / 1e9 << " GB save stalls " << fm.save_stall_s << " s"
-              << (f.save_seconds >= 0 ? " (given)" : " (sharded, --storage-gbps per node)")
-              << ", a restart takes " << fm.restart_s << " s; save every " << e.interval_s / 60
-              << " min (Young), " << e.lost_per_failure_s / 60 << " min lost per failure, goodput "
-              << 100 * e.goodput << "%";
+    char text[512];
+    std::snprintf(text, sizeof text,
+                  "checkpoints: %d nodes at %.3g failures per node-day fail every %.2f h; a %.0f GB "
+                  "save stalls %.1f s%s, a restart takes %.0f s; save every %.1f min (Young), "
+                  "%.1f min lost per failure, goodput %.1f%%",
+                  nodes, f.node_failure_rate, e.mtbf_s / 3600, ckpt_bytes / 1e9, fm.save_stall_s,
+                  f.save_seconds >= 0 ? " (given)" : " (sharded, at --storage-gbps per node)",
+                  fm.restart_s, e.interval_s / 60, e.lost_per_failure_s / 60, 100 * e.goodput);
+    std::cout << text;
     if (run_s > 0)
-      std::cout << ", " << e.failures << " failures expected over " << best.days << " days";
+      std::cout << str_cat(", ", int64_t(std::lround(e.failures)), " failures expected over the ",
+                           int64_t(std::lround(best.days)), " days");
     std::cout << "\n";
   }
   if (!f.json.empty())
