@@ -192,7 +192,7 @@ MemoryEstimate estimate_memory(const Workload& w, const Layout& l, int pp_rank,
   // each of the rank's chunks that is not the model's last stage (measured: the first of four
   // 1F1B stages held 1.6 MB beyond its saves and working set for 4 such sends of 0.26 MB; the
   // last, which sends only gradients, 0.07 MB).
-  if (l.pp > 1) {
+  if (l.pp > 1 && options.sends_held_to_step_end) {
     int sending_chunks = 0;
     for (int c = 0; c < l.virtual_stages; ++c) sending_chunks += !chunk_slice(m, l, pp_rank, c).head;
     transient += int64_t(l.microbatches) * sending_chunks * e_size * local * h;

@@ -61,6 +61,9 @@ struct MemoryOptions {
   // never stores them): Korthikanti et al.'s 5 a s / h term per layer, kept without
   // recomputation and rebuilt one layer at a time under full recomputation.
   bool materialized_attention = false;
+  // Pipeline sends keep their tensors until the step's end (Tessera's executor waits for them
+  // there); false: each is released when its transfer completes (Megatron-LM).
+  bool sends_held_to_step_end = true;
 };
 
 struct MemoryEstimate {

@@ -62,13 +62,16 @@ Candidate evaluate(const Workload& w, const Layout& l, const Cluster& cluster, i
   c.layout = l;
   MemoryOptions memory = r.memory;
   memory.materialized_attention = r.engine.materialized_attention;
+  memory.sends_held_to_step_end = r.engine.sends_held_to_step_end;
   c.memory = estimate_memory(w, l, memory);
   c.time = estimate_time(w, l, cluster.gpu, r.engine);
   c.capacity_bytes = cluster.gpu.memory_gb * 1e9;
   c.usable_bytes = c.capacity_bytes * r.usable_fraction;
   c.fits = double(c.memory.total()) <= c.usable_bytes;
   const double n = l.gpus(), step = c.time.step_s;
-  c.mfu = c.time.model_flops / (n * cluster.gpu.bf16_tflops * 1e12 * step);
+  // Against the peak of the precision the GEMMs run in (FP8's when modelled).
+  const double peak = r.engine.fp8_gemms ? cluster.gpu.fp8_tflops : cluster.gpu.bf16_tflops;
+  c.mfu = c.time.model_flops / (n * peak * 1e12 * step);
   c.tflops_per_gpu = c.time.hardware_flops / (n * step) / 1e12;
   c.tokens_per_s = double(w.tokens_per_step()) / step;
   if (w.train_tokens > 0) {

@@ -64,7 +64,7 @@ struct Candidate {
   TimeEstimate time;
   double capacity_bytes = 0;
   bool fits = false;
-  double mfu = 0;              // model FLOPs (no recomputation) / (GPUs x bf16 peak x step)
+  double mfu = 0;  // model FLOPs (no recomputation) / (GPUs x peak x step); FP8's peak with fp8_gemms
   double tflops_per_gpu = 0;   // hardware FLOPs (recomputation included) per GPU and second
   double tokens_per_s = 0;
   double days = 0, gpu_hours = 0, cost_usd = 0;  // for the workload's tokens (0 when none)

@@ -34,7 +34,7 @@ namespace tessera::plan {
 // al. 2021 (for the validation against their tables).
 struct EngineProfile {
   std::string name = "tessera";
-  bool materialized_attention = false;  // s x s scores in memory (softmax, mask, dropout passes)
+  bool materialized_attention = false;  // s x s scores through memory (softmax, mask, dropout)
   bool scatter_gather_p2p = false;      // pipeline sends split over the tp ranks' NICs
   bool dp_overlap = true;               // bucket reductions during the last backward
   // Pipeline transfers waited for at every chunk-step (Megatron-LM 2021's synchronous
@@ -47,6 +47,9 @@ struct EngineProfile {
   // unit runs (DeepSpeed's ZeRO-3 as Narayanan et al. 2021 measured it).
   bool zero3_per_tensor = false;
   bool zero3_overlap = true;
+  // Memory (memory_model.h): the s x s scores in memory, and pipeline sends held until the
+  // step's end (Tessera's executor) rather than released as each completes.
+  bool sends_held_to_step_end = true;
   int grad_comm_bytes = 4;              // bytes per gradient element on the wire (fp32)
   int param_gather_bytes = 4;           // ZeRO 1/2's post-update all-gather (fp32 master)
   // The GEMMs at the GPU's FP8 peak (at the same efficiency), everything else unchanged.

@@ -255,7 +255,8 @@ std::string format_validation(const ValidationReport& r) {
     const HardwareRow& a100 = r.hardware[i - i % 4];
     s += str_cat("| ", h.model, " | ", fixed(h.tokens / 1e9, 0), "B | ", h.gpu, " | ",
                  fixed(h.usd_per_hour, 2), " | ", fixed(h.days, 1), " | $",
-                 fixed(h.cost_usd / 1e6, 2), "M | ",
+                 h.cost_usd < 1e6 ? fixed(h.cost_usd / 1e3, 1) + "k" : fixed(h.cost_usd / 1e6, 2) + "M",
+                 " | ",
                  h.cost_usd > 0 && a100.cost_usd > 0 ? fixed(h.cost_usd / a100.cost_usd, 2) : "-",
                  " | ", fixed(100 * h.mfu, 1), "% | ", h.layout, " |\n");
   }
