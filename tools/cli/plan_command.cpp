@@ -5,7 +5,8 @@
 //   $ tessera plan --model config.json --gpu h100,a100-80gb --gpus 512,1024 --rank-by cost
 //   $ tessera plan --model gpt3-175b --gpus 1024 --gpu a100-80gb --calibrate runs/x
 //
-// Sizes take K, M, B (or G) and T suffixes (powers of 1000): --tokens 300B, --batch-tokens 4M.
+// Sizes take K, M, B (or G) and T suffixes, powers of 1000 (--tokens 300B), or Ki, Mi, Gi, Ti,
+// powers of 1024 (--batch-tokens 4Mi, 2^22 tokens).
 
 #include <cmath>
 #include <cstdio>
@@ -57,14 +58,21 @@ double parse_size(const std::string& text, const char* flag) {
   TESSERA_CHECK(!text.empty(), "plan: ", flag, " is empty");
   double scale = 1;
   std::string digits = text;
-  switch (std::toupper(static_cast<unsigned char>(text.back()))) {
-    case 'K': scale = 1e3; break;
-    case 'M': scale = 1e6; break;
-    case 'B': case 'G': scale = 1e9; break;
-    case 'T': scale = 1e12; break;
-    default: break;
+  // Ki, Mi, Gi, Ti: powers of 1024 (a "4M-token batch" in papers is often 4 Mi = 2^22).
+  const bool binary = text.size() >= 2 && (text.back() == 'i' || text.back() == 'I');
+  if (binary) digits.pop_back();
+  if (!digits.empty()) {
+    const double base = binary ? 1024.0 : 1000.0;
+    switch (std::toupper(static_cast<unsigned char>(digits.back()))) {
+      case 'K': scale = base; break;
+      case 'M': scale = base * base; break;
+      case 'B': case 'G': scale = base * base * base; break;
+      case 'T': scale = base * base * base * base; break;
+      default: break;
+    }
+    if (scale != 1) digits.pop_back();
   }
-  if (scale != 1) digits.pop_back();
+  if (binary && scale == 1) digits.clear();  // "5i": not a size
   size_t used = 0;
   double v = 0;
   try {
@@ -73,7 +81,7 @@ double parse_size(const std::string& text, const char* flag) {
     used = 0;
   }
   TESSERA_CHECK(used == digits.size() && used > 0 && std::isfinite(v) && v >= 0, "plan: ", flag,
-                " '", text, "' is not a size (a number with an optional K, M, B or T)");
+                " '", text, "' is not a size (a number with an optional K, M, B, T or Ki, Mi, Gi, Ti)");
   return v * scale;
 }
 
@@ -230,7 +238,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--vocab", f->vocab, "override the vocabulary");
   cmd->add_option("--seq-len", f->seq_len, "tokens per sequence (default: the model's context, at most 4096)");
   cmd->add_option("--global-batch", f->global_batch, "sequences per step (default: 4M tokens)");
-  cmd->add_option("--batch-tokens", f->batch_tokens, "tokens per step, e.g. 4M");
+  cmd->add_option("--batch-tokens", f->batch_tokens, "tokens per step, e.g. 4Mi (2^22)");
   cmd->add_option("--tokens", f->tokens, "tokens to train on, e.g. 2T (days and cost need it)");
   cmd->add_option("--precision", f->precision, "bf16 (default), fp16 or fp32");
   f->gpu_option = cmd->add_option(
