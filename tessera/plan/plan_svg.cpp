@@ -47,7 +47,7 @@ std::string render_plan_svg(const PlanRequest& r, const PlanResult& result, int 
   TESSERA_CHECK(!result.ranked.empty(), "plan: nothing fits, so there is no picture to draw");
   const Workload& w = r.workload;
   const int n = std::min<int>(bars, int(result.ranked.size()));
-  const double W = 1100, H = 460, left = 20, panel = 520, gap = 40;
+  const double W = 1180, H = 480, left = 20, panel = 600, gap = 70;
   std::ostringstream s;
   s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
     << "' font-family='sans-serif' font-size='11'>\n<rect width='100%' height='100%' fill='white'/>\n";
@@ -57,7 +57,7 @@ std::string render_plan_svg(const PlanRequest& r, const PlanResult& result, int 
     << "</text>\n";
 
   // Left: memory bars, GB per GPU.
-  const double top = 60, bar_h = std::min(36.0, (H - top - 60) / n), label_w = 190;
+  const double top = 60, bar_h = std::min(36.0, (H - top - 80) / n), label_w = 290;
   double cap = 0;
   for (int i = 0; i < n; ++i)
     cap = std::max({cap, result.ranked[size_t(i)].capacity_bytes / 1e9,
@@ -78,9 +78,9 @@ std::string render_plan_svg(const PlanRequest& r, const PlanResult& result, int 
     const double parts[] = {double(c.memory.parameters), double(c.memory.gradients),
                             double(c.memory.optimizer), double(c.memory.activations),
                             double(c.memory.buffers)};
-    s << "<text x='" << x0 - 6 << "' y='" << y + bar_h * 0.6 << "' text-anchor='end'>"
-      << i + 1 << ". " << escape(r.clusters[size_t(c.cluster)].gpu.name) << " "
-      << escape(c.layout.describe(w).substr(0, 34)) << "</text>\n";
+    s << "<text x='" << x0 - 6 << "' y='" << y + bar_h * 0.6 << "' text-anchor='end' "
+      << "font-size='10'>" << i + 1 << ". " << escape(r.clusters[size_t(c.cluster)].gpu.name)
+      << " " << escape(c.layout.describe(w)) << "</text>\n";
     double at = 0;
     for (int k = 0; k < 5; ++k) {
       const double gb = parts[k] / 1e9;
@@ -96,21 +96,30 @@ std::string render_plan_svg(const PlanRequest& r, const PlanResult& result, int 
       << "' stroke='black' stroke-dasharray='3,2'/>\n";
   }
   for (int k = 0; k < 5; ++k)
-    s << "<rect x='" << x0 + k * 66 << "' y='" << H - 28 << "' width='10' height='10' fill='"
-      << kPartColors[k] << "'/><text x='" << x0 + k * 66 + 13 << "' y='" << H - 19 << "'>"
+    s << "<rect x='" << left + k * 80 << "' y='" << H - 44 << "' width='10' height='10' fill='"
+      << kPartColors[k] << "'/><text x='" << left + k * 80 + 13 << "' y='" << H - 35 << "'>"
       << kPartNames[k] << "</text>\n";
-  s << "<text x='" << left << "' y='" << H - 19 << "'>black: the GPU's memory; dashed: the usable share</text>\n";
+  s << "<text x='" << left << "' y='" << H - 15 << "'>solid line: the GPU's memory; dashed: the "
+    << "share a layout may fill</text>\n";
 
   // Right: every fitting layout, time against cost.
   const bool days = w.train_tokens > 0;
   const double px = left + panel + gap, pw = W - px - 30, py = top, ph = H - top - 70;
+  // Layouts up to 4x the fastest's time: the slow tail would squeeze the ones worth reading.
+  double fastest = INFINITY;
+  for (const Candidate& c : result.ranked) fastest = std::min(fastest, days ? c.days : c.time.step_s);
   double tx_max = 0, cy_max = 0;
   std::vector<std::pair<double, double>> points;
+  size_t hidden = 0;
   for (const Candidate& c : result.ranked) {
     const double x = days ? c.days : c.time.step_s;
     const double usd = r.clusters[size_t(c.cluster)].usd_per_hour;
     const double y = days ? c.cost_usd / 1e6 : c.time.step_s * c.layout.gpus() * usd / 3600;
     points.emplace_back(x, y);
+    if (x > 4 * fastest) {
+      ++hidden;
+      continue;
+    }
     tx_max = std::max(tx_max, x);
     cy_max = std::max(cy_max, y);
   }
@@ -118,9 +127,11 @@ std::string render_plan_svg(const PlanRequest& r, const PlanResult& result, int 
   const double xm = std::ceil(tx_max / xs) * xs, ym = std::ceil(cy_max / ys) * ys;
   auto X = [&](double v) { return px + pw * v / xm; };
   auto Y = [&](double v) { return py + ph - ph * v / ym; };
-  s << "<text x='" << px << "' y='" << top - 20 << "' font-size='12'>Every layout that fits ("
-    << result.ranked.size() << " of " << result.valid << " valid): "
-    << (days ? "days to train against cost" : "step time against cost per step") << "</text>\n";
+  s << "<text x='" << px << "' y='" << top - 34 << "' font-size='12'>"
+    << (days ? "Days against cost" : "Step time against cost") << " of the layouts that fit</text>\n"
+    << "<text x='" << px << "' y='" << top - 20 << "' font-size='10'>" << result.ranked.size()
+    << " fit of " << result.valid << " valid; the " << hidden
+    << " slower than 4x the fastest are left out</text>\n";
   for (double v = 0; v <= xm + 1e-12; v += xs)
     s << "<line x1='" << X(v) << "' y1='" << py << "' x2='" << X(v) << "' y2='" << py + ph
       << "' stroke='#eee'/><text x='" << X(v) << "' y='" << py + ph + 14
@@ -131,11 +142,12 @@ std::string render_plan_svg(const PlanRequest& r, const PlanResult& result, int 
       << "' text-anchor='end'>" << fmt(v, v < 10 ? 2 : 0) << "</text>\n";
   s << "<text x='" << px + pw / 2 << "' y='" << py + ph + 30 << "' text-anchor='middle'>"
     << (days ? "days to train" : "step time (s)") << "</text>\n";
-  s << "<text x='" << px - 40 << "' y='" << py + ph / 2 << "' transform='rotate(-90 " << px - 40
+  s << "<text x='" << px - 45 << "' y='" << py + ph / 2 << "' transform='rotate(-90 " << px - 45
     << " " << py + ph / 2 << ")' text-anchor='middle'>"
     << (days ? "cost (million USD)" : "cost per step (USD)") << "</text>\n";
   for (size_t i = points.size(); i-- > 0;) {
     const Candidate& c = result.ranked[i];
+    if (points[i].first > 4 * fastest) continue;
     s << "<circle cx='" << X(points[i].first) << "' cy='" << Y(points[i].second) << "' r='"
       << (i == 0 ? 5 : 2.5) << "' fill='" << kGpuColors[size_t(c.cluster) % 6] << "'"
       << (i == 0 ? " stroke='black' stroke-width='2'" : " fill-opacity='0.6'") << "><title>"

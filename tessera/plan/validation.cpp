@@ -120,12 +120,19 @@ ValidationReport validate_published_runs(const GpuTable& table) {
     row.gpus = s.gpus, row.batch = s.batch, row.achieved_tflops = s.tflops;
     const PlanRequest r = request_on(s.model, s.gpus, s.batch, table);
     const std::vector<Candidate> best = best_per_tp_pp(plan(r));
+    if (!best.empty()) {
+      row.best_layout = best[0].layout.describe(r.workload);
+      row.best_step_s = best[0].time.step_s;
+      row.best_bubble_s = best[0].time.bubble_s;
+    }
     for (size_t i = 0; i < best.size(); ++i) {
       if (i < 3) row.top_pairs.emplace_back(best[i].layout.tp, best[i].layout.pp);
       if (best[i].layout.tp == s.t && best[i].layout.pp == s.p) {
         row.rank_of_paper_pair = int(i) + 1;
         row.predicted_tflops = best[i].tflops_per_gpu;
         row.predicted_layout = best[i].layout.describe(r.workload);
+        row.paper_step_s = best[i].time.step_s;
+        row.paper_tp_comm_s = best[i].time.tp_comm_s;
       }
     }
     out.table1.push_back(row);
@@ -229,7 +236,13 @@ std::string format_validation(const ValidationReport& r) {
                  t.predicted_tflops > 0 ? percent_diff(t.predicted_tflops, t.achieved_tflops) : "-",
                  " | ", t.predicted_layout, " |\n");
   }
-  s += "\nTable 2 (300B tokens): days from the paper's TFLOP/s through eq. 3, and plan's own "
+  for (const Table1Row& t : r.table1)
+    if (t.rank_of_paper_pair > 3)
+      s += str_cat("\n", fixed(t.params_b, 1), "B: plan's best, ", t.best_layout, ", ",
+                   fixed(t.best_step_s, 2), " s a step (bubble ", fixed(t.best_bubble_s, 2),
+                   " s); the paper's pair ", fixed(t.paper_step_s, 2), " s, of which tensor-parallel "
+                   "all-reduces ", fixed(t.paper_tp_comm_s, 2), " s");
+  s += "\n\nTable 2 (300B tokens): days from the paper's TFLOP/s through eq. 3, and plan's own "
        "TFLOP/s\n\n| model | scheme | GPUs | batch | paper days | days from paper TFLOP/s | diff | "
        "paper TFLOP/s | plan TFLOP/s | diff |\n|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Table2Row& t : r.table2)

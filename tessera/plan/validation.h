@@ -34,6 +34,10 @@ struct Table1Row {
   std::vector<std::pair<int, int>> top_pairs;  // plan's best three (t, p)
   double predicted_tflops = 0;  // for the paper's pair at its best settings
   std::string predicted_layout;
+  // Why plan ranks as it does: its best pair's layout and step, and the paper pair's step
+  // with its tensor-parallel share.
+  std::string best_layout;
+  double best_step_s = 0, best_bubble_s = 0, paper_step_s = 0, paper_tp_comm_s = 0;
 };
 
 struct Table2Row {
