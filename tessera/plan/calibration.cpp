@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "tessera/core/device.h"
@@ -213,14 +213,15 @@ Calibration calibrate(const std::string& run_dir, const GpuSpec* gpu, int skip_s
   c.optimizer_s = median(optimizer), c.comm_bytes = median(bytes);
   TESSERA_CHECK(c.compute_s > 0, metrics_path, ": the steps show no compute time");
 
-  const double fraction =
-      l.recompute.mode != nn::RecomputeMode::full ? 0
-      : l.recompute.num_layers < 0
-          ? 1
-          : std::min(1.0, double(l.recompute.num_layers) /
-                              double(c.workload.model.n_layer / (int64_t(l.pp) * l.virtual_stages)));
-  c.flops_per_rank = training_flops(c.workload.model, c.workload.global_batch, c.workload.seq_len,
-                                    fraction) / c.ranks;
+  const double fraction = l.recompute.mode != nn::RecomputeMode::full ? 0
+                          : l.recompute.num_layers < 0
+                              ? 1
+                              : std::min(1.0, double(l.recompute.num_layers) /
+                                                  double(c.workload.model.n_layer /
+                                                         (int64_t(l.pp) * l.virtual_stages)));
+  c.flops_per_rank =
+      training_flops(c.workload.model, c.workload.global_batch, c.workload.seq_len, fraction) /
+      c.ranks;
   c.achieved_tflops = c.flops_per_rank / c.compute_s / 1e12;
 
   // Fit the GEMM efficiency: model_compute falls as it rises; bisect on [1e-4, 1].
@@ -281,14 +282,16 @@ std::string format_calibration(const Calibration& c) {
                 "(medians of the slowest rank)\n",
                 1e3 * c.step_s, 1e3 * c.compute_s, 1e3 * c.comm_s, 1e3 * c.optimizer_s);
   s += b;
-  std::snprintf(b, sizeof b,
-                "  compute: %.3g FLOPs per rank and step in %.1f ms = %.3f TFLOP/s; GEMM efficiency "
-                "%.3f of %s's %.3g TFLOP/s peak\n",
-                c.flops_per_rank, 1e3 * c.compute_s, c.achieved_tflops, c.gemm_efficiency,
-                c.calibrated.name.c_str(), c.calibrated.bf16_tflops);
+  std::snprintf(
+      b, sizeof b,
+      "  compute: %.3g FLOPs per rank and step in %.1f ms = %.3f TFLOP/s; GEMM efficiency "
+      "%.3f of %s's %.3g TFLOP/s peak\n",
+      c.flops_per_rank, 1e3 * c.compute_s, c.achieved_tflops, c.gemm_efficiency,
+      c.calibrated.name.c_str(), c.calibrated.bf16_tflops);
   s += b;
   if (c.comm_gbps > 0) {
-    std::snprintf(b, sizeof b, "  communication: %.0f bytes per rank and step in %.1f ms = %.3f GB/s\n",
+    std::snprintf(b, sizeof b,
+                  "  communication: %.0f bytes per rank and step in %.1f ms = %.3f GB/s\n",
                   c.comm_bytes, 1e3 * c.comm_s, c.comm_gbps);
     s += b;
   }
@@ -301,9 +304,10 @@ std::string format_calibration(const Calibration& c) {
                  p.parameters, " + ", p.gradients, " + ", p.optimizer,
                  exact ? " (equal)" : " (DIFFERENT: the planner's accounting is off)", "\n");
     const double planned = double(c.planned_memory.activations + c.planned_memory.buffers);
-    std::snprintf(b, sizeof b, "  activations (rank 0): measured %lld bytes, planned %.0f (%+.1f%%)\n",
-                  (long long)c.measured_activations, planned,
-                  c.measured_activations > 0 ? 100 * (planned / double(c.measured_activations) - 1) : 0.0);
+    std::snprintf(
+        b, sizeof b, "  activations (rank 0): measured %lld bytes, planned %.0f (%+.1f%%)\n",
+        (long long)c.measured_activations, planned,
+        c.measured_activations > 0 ? 100 * (planned / double(c.measured_activations) - 1) : 0.0);
     s += b;
   }
   if (c.save_stall_s >= 0) {

@@ -26,19 +26,19 @@ namespace tessera::plan {
 
 struct Calibration {
   std::string run_dir;
-  Workload workload;  // the run's model, batch, sequence and precision
-  Layout layout;      // its dp x tp x pp, ZeRO stage, schedule, recomputation
+  Workload workload;   // the run's model, batch, sequence and precision
+  Layout layout;       // its dp x tp x pp, ZeRO stage, schedule, recomputation
   std::string device;  // "cpu" or "cuda:0"
   int64_t steps = 0;   // metrics lines used (after the warm-up ones)
   int ranks = 1;
 
   // Medians over the steps used, of the slowest rank each step.
   double step_s = 0, compute_s = 0, comm_s = 0, optimizer_s = 0;
-  double comm_bytes = 0;  // per rank and step, on the wire
-  double flops_per_rank = 0;      // hardware FLOPs a rank runs per step
-  double achieved_tflops = 0;     // flops_per_rank / compute_s
-  double gemm_efficiency = 0;     // fitted
-  double comm_gbps = 0;           // fitted (0: the run sent nothing)
+  double comm_bytes = 0;       // per rank and step, on the wire
+  double flops_per_rank = 0;   // hardware FLOPs a rank runs per step
+  double achieved_tflops = 0;  // flops_per_rank / compute_s
+  double gemm_efficiency = 0;  // fitted
+  double comm_gbps = 0;        // fitted (0: the run sent nothing)
 
   // Rank 0's memory as measured (-1: the run did not log it) and as planned.
   int64_t measured_parameters = -1, measured_gradients = -1, measured_optimizer = -1;
@@ -49,8 +49,8 @@ struct Calibration {
   double save_stall_s = -1;  // median of checkpoints.jsonl's stall_ms (-1: no save logged)
   double restart_s = -1;     // median seconds_to_recover of restarts.jsonl (-1: none)
 
-  GpuSpec calibrated;                // the base spec with the fitted figures
-  std::vector<std::string> notes;   // what was kept from the table, and why
+  GpuSpec calibrated;              // the base spec with the fitted figures
+  std::vector<std::string> notes;  // what was kept from the table, and why
 };
 
 // `gpu` is the GPU type a CUDA run ran on (a table entry); null for a CPU run, which is

@@ -63,22 +63,38 @@ GpuSpec GpuSpec::from_json(const nlohmann::json& j, const std::string& where) {
       TESSERA_CHECK(v.is_string(), where, ": '", key, "' must be a string");
       out = v.get<std::string>();
     };
-    if (key == "name") text(g.name);
-    else if (key == "description") text(g.description);
-    else if (key == "price_source") text(g.price_source);
-    else if (key == "bf16_tflops") number(g.bf16_tflops);
-    else if (key == "fp8_tflops") number(g.fp8_tflops);
-    else if (key == "memory_gb") number(g.memory_gb);
-    else if (key == "hbm_gbps") number(g.hbm_gbps);
-    else if (key == "nvlink_gbps") number(g.nvlink_gbps);
-    else if (key == "nvlink_latency_us") number(g.nvlink_latency_us);
-    else if (key == "network_gbps") number(g.network_gbps);
-    else if (key == "network_latency_us") number(g.network_latency_us);
-    else if (key == "pcie_gbps") number(g.pcie_gbps);
-    else if (key == "host_gbps") number(g.host_gbps);
-    else if (key == "gemm_efficiency") number(g.gemm_efficiency);
-    else if (key == "memory_efficiency") number(g.memory_efficiency);
-    else if (key == "usd_per_hour") number(g.usd_per_hour);
+    if (key == "name")
+      text(g.name);
+    else if (key == "description")
+      text(g.description);
+    else if (key == "price_source")
+      text(g.price_source);
+    else if (key == "bf16_tflops")
+      number(g.bf16_tflops);
+    else if (key == "fp8_tflops")
+      number(g.fp8_tflops);
+    else if (key == "memory_gb")
+      number(g.memory_gb);
+    else if (key == "hbm_gbps")
+      number(g.hbm_gbps);
+    else if (key == "nvlink_gbps")
+      number(g.nvlink_gbps);
+    else if (key == "nvlink_latency_us")
+      number(g.nvlink_latency_us);
+    else if (key == "network_gbps")
+      number(g.network_gbps);
+    else if (key == "network_latency_us")
+      number(g.network_latency_us);
+    else if (key == "pcie_gbps")
+      number(g.pcie_gbps);
+    else if (key == "host_gbps")
+      number(g.host_gbps);
+    else if (key == "gemm_efficiency")
+      number(g.gemm_efficiency);
+    else if (key == "memory_efficiency")
+      number(g.memory_efficiency);
+    else if (key == "usd_per_hour")
+      number(g.usd_per_hour);
     else if (key == "gpus_per_node") {
       TESSERA_CHECK(v.is_number_integer(), where, ": 'gpus_per_node' must be an integer");
       const int64_t n = v.get<int64_t>();

@@ -23,7 +23,9 @@ struct Layout {
 
   int gpus() const { return dp * tp * pp; }
   // Sequences per micro-batch: B / (dp M).
-  int64_t micro_batch(const Workload& w) const { return w.global_batch / (int64_t(dp) * microbatches); }
+  int64_t micro_batch(const Workload& w) const {
+    return w.global_batch / (int64_t(dp) * microbatches);
+  }
   parallel::ScheduleKind schedule() const {
     return virtual_stages > 1 ? parallel::ScheduleKind::interleaved
                               : parallel::ScheduleKind::one_f_one_b;

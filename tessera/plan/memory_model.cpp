@@ -106,9 +106,12 @@ ModelStates model_state_bytes(const nn::GPTConfig& m, const Layout& l, nn::Preci
     s.parameters = master;
   // The compute copy: the chunks' own tensors, or sharded with the master at ZeRO-3.
   if (mixed) s.parameters += half * (zero == 3 ? shard : compute);
-  if (zero == 0) s.gradients = f32 * S;
-  else if (zero == 1) s.gradients = f32 * (S + shard);
-  else s.gradients = f32 * shard;
+  if (zero == 0)
+    s.gradients = f32 * S;
+  else if (zero == 1)
+    s.gradients = f32 * (S + shard);
+  else
+    s.gradients = f32 * shard;
   if (!l.offload) s.optimizer = 2 * f32 * (zero == 0 ? S : shard);
   return s;
 }
@@ -155,9 +158,8 @@ MemoryEstimate estimate_memory(const Workload& w, const Layout& l, int pp_rank,
   e.in_flight = peak_in_flight(l, pp_rank);
   int64_t per_micro = rank_activation_bytes(w, l, pp_rank);
   // Softmax output, dropout mask and output: 5 bytes per score in 16 bits (Korthikanti et al.).
-  const int64_t scores = options.materialized_attention
-                             ? 5 * m.n_head / l.tp * s * s * l.micro_batch(w)
-                             : 0;
+  const int64_t scores =
+      options.materialized_attention ? 5 * m.n_head / l.tp * s * s * l.micro_batch(w) : 0;
   if (l.recompute.mode == nn::RecomputeMode::none) {
     int64_t layers = 0;
     for (int c = 0; c < l.virtual_stages; ++c) layers += chunk_slice(m, l, pp_rank, c).layers;
@@ -183,8 +185,7 @@ MemoryEstimate estimate_memory(const Workload& w, const Layout& l, int pp_rank,
   if (l.recompute.mode == nn::RecomputeMode::selective) block += e_size * tokens * f_local;
   if (l.recompute.mode == nn::RecomputeMode::full)
     block += nn::block_activation_bytes(m, nn::RecomputeMode::none, b, s,
-                                        nn::compute_dtype(w.precision), l.tp,
-                                        l.sequence_parallel) +
+                                        nn::compute_dtype(w.precision), l.tp, l.sequence_parallel) +
              scores;
   int64_t transient = std::max(head, block);
   // Pipeline sends are posted asynchronously and waited for at the end of the step (the
@@ -194,7 +195,8 @@ MemoryEstimate estimate_memory(const Workload& w, const Layout& l, int pp_rank,
   // last, which sends only gradients, 0.07 MB).
   if (l.pp > 1 && options.sends_held_to_step_end) {
     int sending_chunks = 0;
-    for (int c = 0; c < l.virtual_stages; ++c) sending_chunks += !chunk_slice(m, l, pp_rank, c).head;
+    for (int c = 0; c < l.virtual_stages; ++c)
+      sending_chunks += !chunk_slice(m, l, pp_rank, c).head;
     transient += int64_t(l.microbatches) * sending_chunks * e_size * local * h;
   }
   // ZeRO-3 holds the units in use (the tied head reads two) and the prefetched next one, in

@@ -41,14 +41,13 @@ struct UnitElements {
 };
 
 // The units pipeline rank `pp_rank` holds, in its chunks' order.
-std::vector<UnitElements> rank_units(const nn::GPTConfig& model, const Layout& layout,
-                                     int pp_rank);
+std::vector<UnitElements> rank_units(const nn::GPTConfig& model, const Layout& layout, int pp_rank);
 
 struct ModelStates {
   int64_t parameters = 0;  // the fp32 master and the compute copy
   int64_t gradients = 0;
   int64_t optimizer = 0;
-  int64_t offloaded = 0;  // host bytes: the master shard and the moments under offload
+  int64_t offloaded = 0;        // host bytes: the master shard and the moments under offload
   int64_t padded_elements = 0;  // S above
 };
 

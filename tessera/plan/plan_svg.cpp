@@ -24,10 +24,14 @@ std::string fmt(double v, int digits = 1) {
 std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else
+      out += c;
   }
   return out;
 }
@@ -50,11 +54,12 @@ std::string render_plan_svg(const PlanRequest& r, const PlanResult& result, int 
   const double W = 1180, H = 480, left = 20, panel = 600, gap = 70;
   std::ostringstream s;
   s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
-    << "' font-family='sans-serif' font-size='11'>\n<rect width='100%' height='100%' fill='white'/>\n";
+    << "' font-family='sans-serif' font-size='11'>\n<rect width='100%' height='100%' "
+       "fill='white'/>\n";
   s << "<text x='" << left << "' y='20' font-size='14' font-weight='bold'>" << escape(w.model_name)
-    << ": " << fmt(parameter_count(w.model) / 1e9, 1) << "B parameters, " << w.global_batch
-    << " x " << w.seq_len << " tokens a step" << (w.train_tokens > 0 ? ", " + fmt(w.train_tokens / 1e9, 0) + "B tokens" : "")
-    << "</text>\n";
+    << ": " << fmt(parameter_count(w.model) / 1e9, 1) << "B parameters, " << w.global_batch << " x "
+    << w.seq_len << " tokens a step"
+    << (w.train_tokens > 0 ? ", " + fmt(w.train_tokens / 1e9, 0) + "B tokens" : "") << "</text>\n";
 
   // Left: memory bars, GB per GPU.
   const double top = 60, bar_h = std::min(36.0, (H - top - 80) / n), label_w = 290;
@@ -79,20 +84,20 @@ std::string render_plan_svg(const PlanRequest& r, const PlanResult& result, int 
                             double(c.memory.optimizer), double(c.memory.activations),
                             double(c.memory.buffers)};
     s << "<text x='" << x0 - 6 << "' y='" << y + bar_h * 0.6 << "' text-anchor='end' "
-      << "font-size='10'>" << i + 1 << ". " << escape(r.clusters[size_t(c.cluster)].gpu.name)
-      << " " << escape(c.layout.describe(w)) << "</text>\n";
+      << "font-size='10'>" << i + 1 << ". " << escape(r.clusters[size_t(c.cluster)].gpu.name) << " "
+      << escape(c.layout.describe(w)) << "</text>\n";
     double at = 0;
     for (int k = 0; k < 5; ++k) {
       const double gb = parts[k] / 1e9;
       s << "<rect x='" << xpos(at) << "' y='" << y + 2 << "' width='" << xpos(at + gb) - xpos(at)
-        << "' height='" << bar_h - 4 << "' fill='" << kPartColors[k] << "'><title>"
-        << kPartNames[k] << ": " << fmt(gb, 2) << " GB</title></rect>\n";
+        << "' height='" << bar_h - 4 << "' fill='" << kPartColors[k] << "'><title>" << kPartNames[k]
+        << ": " << fmt(gb, 2) << " GB</title></rect>\n";
       at += gb;
     }
     s << "<line x1='" << xpos(c.capacity_bytes / 1e9) << "' y1='" << y << "' x2='"
       << xpos(c.capacity_bytes / 1e9) << "' y2='" << y + bar_h << "' stroke='black' "
-      << "stroke-width='2'/>\n<line x1='" << xpos(c.usable_bytes / 1e9) << "' y1='" << y
-      << "' x2='" << xpos(c.usable_bytes / 1e9) << "' y2='" << y + bar_h
+      << "stroke-width='2'/>\n<line x1='" << xpos(c.usable_bytes / 1e9) << "' y1='" << y << "' x2='"
+      << xpos(c.usable_bytes / 1e9) << "' y2='" << y + bar_h
       << "' stroke='black' stroke-dasharray='3,2'/>\n";
   }
   for (int k = 0; k < 5; ++k)
@@ -107,7 +112,8 @@ std::string render_plan_svg(const PlanRequest& r, const PlanResult& result, int 
   const double px = left + panel + gap, pw = W - px - 30, py = top, ph = H - top - 70;
   // Layouts up to 4x the fastest's time: the slow tail would squeeze the ones worth reading.
   double fastest = INFINITY;
-  for (const Candidate& c : result.ranked) fastest = std::min(fastest, days ? c.days : c.time.step_s);
+  for (const Candidate& c : result.ranked)
+    fastest = std::min(fastest, days ? c.days : c.time.step_s);
   double tx_max = 0, cy_max = 0;
   std::vector<std::pair<double, double>> points;
   size_t hidden = 0;
@@ -128,7 +134,8 @@ std::string render_plan_svg(const PlanRequest& r, const PlanResult& result, int 
   auto X = [&](double v) { return px + pw * v / xm; };
   auto Y = [&](double v) { return py + ph - ph * v / ym; };
   s << "<text x='" << px << "' y='" << top - 34 << "' font-size='12'>"
-    << (days ? "Days against cost" : "Step time against cost") << " of the layouts that fit</text>\n"
+    << (days ? "Days against cost" : "Step time against cost")
+    << " of the layouts that fit</text>\n"
     << "<text x='" << px << "' y='" << top - 20 << "' font-size='10'>" << result.ranked.size()
     << " fit of " << result.valid << " valid; the " << hidden
     << " slower than 4x the fastest are left out</text>\n";
@@ -138,8 +145,8 @@ std::string render_plan_svg(const PlanRequest& r, const PlanResult& result, int 
       << "' text-anchor='middle'>" << fmt(v, v < 10 ? 2 : 0) << "</text>\n";
   for (double v = 0; v <= ym + 1e-12; v += ys)
     s << "<line x1='" << px << "' y1='" << Y(v) << "' x2='" << px + pw << "' y2='" << Y(v)
-      << "' stroke='#eee'/><text x='" << px - 4 << "' y='" << Y(v) + 4
-      << "' text-anchor='end'>" << fmt(v, v < 10 ? 2 : 0) << "</text>\n";
+      << "' stroke='#eee'/><text x='" << px - 4 << "' y='" << Y(v) + 4 << "' text-anchor='end'>"
+      << fmt(v, v < 10 ? 2 : 0) << "</text>\n";
   s << "<text x='" << px + pw / 2 << "' y='" << py + ph + 30 << "' text-anchor='middle'>"
     << (days ? "days to train" : "step time (s)") << "</text>\n";
   s << "<text x='" << px - 45 << "' y='" << py + ph / 2 << "' transform='rotate(-90 " << px - 45

@@ -137,21 +137,22 @@ PlanResult plan(const PlanRequest& r) {
       }
     }
   }
-  std::stable_sort(out.ranked.begin(), out.ranked.end(), [&](const Candidate& a, const Candidate& b) {
-    return rank_key(a, r) < rank_key(b, r);
-  });
+  std::stable_sort(
+      out.ranked.begin(), out.ranked.end(),
+      [&](const Candidate& a, const Candidate& b) { return rank_key(a, r) < rank_key(b, r); });
   if (out.valid == 0) {
     out.nothing_fits = str_cat("no layout of ", w.model_name, " on ", r.clusters.front().gpus,
                                " GPUs is valid: the GPU count, layers (", w.model.n_layer,
-                               "), heads (", w.model.n_head, ") and global batch (",
-                               w.global_batch, ") admit no dp x tp x pp split the engine runs");
+                               "), heads (", w.model.n_head, ") and global batch (", w.global_batch,
+                               ") admit no dp x tp x pp split the engine runs");
   } else if (out.ranked.empty()) {
     const Candidate& c = out.smallest;
-    out.nothing_fits = str_cat(
-        w.model_name, " fits nowhere: its smallest layout (", c.layout.describe(w), ") needs ",
-        c.memory.total() / 1e9, " GB per GPU against ", c.usable_bytes / 1e9, " GB usable on ",
-        r.clusters[size_t(c.cluster)].gpu.name, "; use more GPUs, a larger GPU or a shorter "
-        "sequence");
+    out.nothing_fits =
+        str_cat(w.model_name, " fits nowhere: its smallest layout (", c.layout.describe(w),
+                ") needs ", c.memory.total() / 1e9, " GB per GPU against ", c.usable_bytes / 1e9,
+                " GB usable on ", r.clusters[size_t(c.cluster)].gpu.name,
+                "; use more GPUs, a larger GPU or a shorter "
+                "sequence");
   }
   return out;
 }

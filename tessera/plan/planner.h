@@ -33,8 +33,7 @@ struct Cluster {
 // Which layouts to try. A pinned size (> 0) or stage (>= 0) keeps only that choice.
 struct SearchSpace {
   int tp = 0, pp = 0, dp = 0, virtual_stages = 0, micro_batch = 0, zero = -1;
-  std::vector<nn::RecomputeMode> recompute = {nn::RecomputeMode::none,
-                                              nn::RecomputeMode::selective,
+  std::vector<nn::RecomputeMode> recompute = {nn::RecomputeMode::none, nn::RecomputeMode::selective,
                                               nn::RecomputeMode::full};
   bool try_sequence_parallel = true;
   bool try_offload = false;
@@ -57,25 +56,26 @@ struct PlanRequest {
 };
 
 struct Candidate {
-  int cluster = 0;  // index into PlanRequest::clusters
-  double usable_bytes = 0;   // capacity x usable_fraction: what `fits` compares against
+  int cluster = 0;          // index into PlanRequest::clusters
+  double usable_bytes = 0;  // capacity x usable_fraction: what `fits` compares against
   Layout layout;
   MemoryEstimate memory;
   TimeEstimate time;
   double capacity_bytes = 0;
   bool fits = false;
-  double mfu = 0;  // model FLOPs (no recomputation) / (GPUs x peak x step); FP8's peak with fp8_gemms
-  double tflops_per_gpu = 0;   // hardware FLOPs (recomputation included) per GPU and second
+  double mfu =
+      0;  // model FLOPs (no recomputation) / (GPUs x peak x step); FP8's peak with fp8_gemms
+  double tflops_per_gpu = 0;  // hardware FLOPs (recomputation included) per GPU and second
   double tokens_per_s = 0;
   double days = 0, gpu_hours = 0, cost_usd = 0;  // for the workload's tokens (0 when none)
 };
 
 struct PlanResult {
   std::vector<Candidate> ranked;  // the layouts that fit, best first
-  int64_t considered = 0;        // layouts generated
-  int64_t valid = 0;             // those the engine accepts
-  Candidate smallest;            // the valid layout needing the least memory (fitting or not)
-  std::string nothing_fits;      // "" when something fits; else one line saying why not
+  int64_t considered = 0;         // layouts generated
+  int64_t valid = 0;              // those the engine accepts
+  Candidate smallest;             // the valid layout needing the least memory (fitting or not)
+  std::string nothing_fits;       // "" when something fits; else one line saying why not
 };
 
 // Validates the request (one line naming what is wrong) and searches. Deterministic.

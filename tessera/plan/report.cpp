@@ -44,11 +44,12 @@ std::string format_plan_table(const PlanRequest& r, const PlanResult& result, in
                  r.rank_by == RankBy::cost ? "cost" : "step time", "\n");
   if (result.ranked.empty()) return out + result.nothing_fits + "\n";
   const std::vector<std::pair<std::string, size_t>> cols = {
-      {"#", 3},       {"gpu", 10},      {"layout", 40},  {"GB/GPU", 7}, {"p+g+o/act/buf", 17},
-      {"step s", 8},  {"MFU", 6},       {"TFLOP/s", 8}, {"tok/s", 7},  {"days", 7},
-      {"GPU-h", 7},   {"cost $", 7}};
+      {"#", 3},      {"gpu", 10},  {"layout", 40}, {"GB/GPU", 7}, {"p+g+o/act/buf", 17},
+      {"step s", 8}, {"MFU", 6},   {"TFLOP/s", 8}, {"tok/s", 7},  {"days", 7},
+      {"GPU-h", 7},  {"cost $", 7}};
   std::string header;
-  for (const auto& [name, width] : cols) header += pad(name, width, name != "layout" && name != "gpu") + " ";
+  for (const auto& [name, width] : cols)
+    header += pad(name, width, name != "layout" && name != "gpu") + " ";
   out += header + "\n";
   const int n = std::min<int>(top, int(result.ranked.size()));
   for (int i = 0; i < n; ++i) {
@@ -58,19 +59,18 @@ std::string format_plan_table(const PlanRequest& r, const PlanResult& result, in
         str_cat(fixed(double(m.parameters + m.gradients + m.optimizer) / 1e9, 1), "/",
                 fixed(double(m.activations) / 1e9, 1), "/", fixed(double(m.buffers) / 1e9, 1));
     const bool tokens = w.train_tokens > 0;
-    const std::vector<std::string> cells = {
-        std::to_string(i + 1),
-        r.clusters[size_t(c.cluster)].gpu.name,
-        c.layout.describe(w),
-        fixed(double(m.total()) / 1e9, 1),
-        parts,
-        fixed(c.time.step_s, c.time.step_s < 10 ? 3 : 1),
-        fixed(100 * c.mfu, 1) + "%",
-        fixed(c.tflops_per_gpu, 0),
-        short_number(c.tokens_per_s),
-        tokens ? fixed(c.days, 1) : "-",
-        tokens ? short_number(c.gpu_hours) : "-",
-        tokens ? short_number(c.cost_usd) : "-"};
+    const std::vector<std::string> cells = {std::to_string(i + 1),
+                                            r.clusters[size_t(c.cluster)].gpu.name,
+                                            c.layout.describe(w),
+                                            fixed(double(m.total()) / 1e9, 1),
+                                            parts,
+                                            fixed(c.time.step_s, c.time.step_s < 10 ? 3 : 1),
+                                            fixed(100 * c.mfu, 1) + "%",
+                                            fixed(c.tflops_per_gpu, 0),
+                                            short_number(c.tokens_per_s),
+                                            tokens ? fixed(c.days, 1) : "-",
+                                            tokens ? short_number(c.gpu_hours) : "-",
+                                            tokens ? short_number(c.cost_usd) : "-"};
     std::string row;
     for (size_t k = 0; k < cols.size(); ++k)
       row += pad(cells[k], cols[k].second, k != 1 && k != 2) + " ";
@@ -87,21 +87,41 @@ nlohmann::json candidate_to_json(const PlanRequest& r, const Candidate& c) {
   return {{"gpu", r.clusters[size_t(c.cluster)].gpu.name},
           {"gpus", l.gpus()},
           {"layout",
-           {{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"virtual_stages", l.virtual_stages},
-            {"microbatches", l.microbatches}, {"micro_batch", l.micro_batch(w)},
-            {"zero", l.zero}, {"recompute", l.recompute.describe()},
-            {"sequence_parallel", l.sequence_parallel}, {"offload", l.offload},
-            {"describe", l.describe(w)}, {"train_flags", l.train_flags()}}},
+           {{"dp", l.dp},
+            {"tp", l.tp},
+            {"pp", l.pp},
+            {"virtual_stages", l.virtual_stages},
+            {"microbatches", l.microbatches},
+            {"micro_batch", l.micro_batch(w)},
+            {"zero", l.zero},
+            {"recompute", l.recompute.describe()},
+            {"sequence_parallel", l.sequence_parallel},
+            {"offload", l.offload},
+            {"describe", l.describe(w)},
+            {"train_flags", l.train_flags()}}},
           {"memory_bytes",
-           {{"pp_rank", m.pp_rank}, {"parameters", m.parameters}, {"gradients", m.gradients},
-            {"optimizer", m.optimizer}, {"activations", m.activations}, {"buffers", m.buffers},
-            {"offloaded", m.offloaded}, {"in_flight", m.in_flight}, {"total", m.total()},
-            {"capacity", c.capacity_bytes}, {"usable", c.usable_bytes}}},
+           {{"pp_rank", m.pp_rank},
+            {"parameters", m.parameters},
+            {"gradients", m.gradients},
+            {"optimizer", m.optimizer},
+            {"activations", m.activations},
+            {"buffers", m.buffers},
+            {"offloaded", m.offloaded},
+            {"in_flight", m.in_flight},
+            {"total", m.total()},
+            {"capacity", c.capacity_bytes},
+            {"usable", c.usable_bytes}}},
           {"time_s",
-           {{"step", t.step_s}, {"pipeline", t.pipeline_s}, {"forward_chunk", t.forward_chunk_s},
-            {"backward_chunk", t.backward_chunk_s}, {"bubble", t.bubble_s},
-            {"tp_comm", t.tp_comm_s}, {"p2p", t.p2p_s}, {"dp_comm", t.dp_comm_s},
-            {"dp_exposed", t.dp_exposed_s}, {"zero3_exposed", t.zero3_exposed_s},
+           {{"step", t.step_s},
+            {"pipeline", t.pipeline_s},
+            {"forward_chunk", t.forward_chunk_s},
+            {"backward_chunk", t.backward_chunk_s},
+            {"bubble", t.bubble_s},
+            {"tp_comm", t.tp_comm_s},
+            {"p2p", t.p2p_s},
+            {"dp_comm", t.dp_comm_s},
+            {"dp_exposed", t.dp_exposed_s},
+            {"zero3_exposed", t.zero3_exposed_s},
             {"optimizer", t.optimizer_s}}},
           {"hardware_flops_per_step", t.hardware_flops},
           {"model_flops_per_step", t.model_flops},
@@ -117,16 +137,20 @@ nlohmann::json plan_to_json(const PlanRequest& r, const PlanResult& result, int 
   const Workload& w = r.workload;
   nlohmann::json clusters = nlohmann::json::array();
   for (const Cluster& c : r.clusters)
-    clusters.push_back({{"gpu", c.gpu.to_json()}, {"gpus", c.gpus}, {"usd_per_hour", c.usd_per_hour}});
+    clusters.push_back(
+        {{"gpu", c.gpu.to_json()}, {"gpus", c.gpus}, {"usd_per_hour", c.usd_per_hour}});
   nlohmann::json rows = nlohmann::json::array();
   for (int i = 0; i < std::min<int>(top, int(result.ranked.size())); ++i)
     rows.push_back(candidate_to_json(r, result.ranked[size_t(i)]));
   return {{"format", "tessera-plan"},
           {"version", 1},
           {"workload",
-           {{"model", w.model_name}, {"config", w.model.to_json()},
-            {"parameters", parameter_count(w.model)}, {"seq_len", w.seq_len},
-            {"global_batch", w.global_batch}, {"train_tokens", w.train_tokens},
+           {{"model", w.model_name},
+            {"config", w.model.to_json()},
+            {"parameters", parameter_count(w.model)},
+            {"seq_len", w.seq_len},
+            {"global_batch", w.global_batch},
+            {"train_tokens", w.train_tokens},
             {"precision", nn::precision_name(w.precision)}}},
           {"engine", r.engine.name},
           {"rank_by", r.rank_by == RankBy::cost ? "cost" : "time"},

@@ -24,8 +24,12 @@ EngineProfile EngineProfile::megatron_2021() {
 
 namespace {
 
-double seconds(double bytes, const Link& l) { return bytes / (l.gbps * 1e9); }
-double alpha(const Link& l) { return l.latency_us * 1e-6; }
+double seconds(double bytes, const Link& l) {
+  return bytes / (l.gbps * 1e9);
+}
+double alpha(const Link& l) {
+  return l.latency_us * 1e-6;
+}
 
 // A block's parameter tensors: two norms (weight, and bias with biases), the attention's two
 // projections and the MLP's two or three, each with a bias when the model has them.
@@ -128,13 +132,14 @@ TimeEstimate estimate_time(const Workload& w, const Layout& l, const GpuSpec& g,
       tokens * 2 * h * vocab_local / gemm_rate + 3 * 4 * tokens * vocab_local / byte_rate;
 
   const int64_t per_chunk = m.n_layer / (int64_t(l.pp) * l.virtual_stages);
-  const double recomputed =
-      l.recompute.mode != nn::RecomputeMode::full ? 0
-      : l.recompute.num_layers < 0                ? double(per_chunk)
-                                                  : double(std::min<int64_t>(l.recompute.num_layers, per_chunk));
+  const double recomputed = l.recompute.mode != nn::RecomputeMode::full ? 0
+                            : l.recompute.num_layers < 0
+                                ? double(per_chunk)
+                                : double(std::min<int64_t>(l.recompute.num_layers, per_chunk));
   TimeEstimate t;
   // The last stage's chunks are the slowest (they add the head): the pipeline runs at its pace.
-  const double head_share = l.pp > 1 || l.virtual_stages > 1 ? head_fwd / l.virtual_stages : head_fwd;
+  const double head_share =
+      l.pp > 1 || l.virtual_stages > 1 ? head_fwd / l.virtual_stages : head_fwd;
   t.forward_chunk_s = per_chunk * (layer_fwd + tp_pass) + head_share;
   t.backward_chunk_s = per_chunk * (2 * layer_fwd + tp_pass + selective) +
                        recomputed * (layer_fwd + tp_pass) + 2 * head_share;
@@ -146,9 +151,8 @@ TimeEstimate estimate_time(const Workload& w, const Layout& l, const GpuSpec& g,
         tokens * h * e / (l.sequence_parallel || engine.scatter_gather_p2p ? tp : 1);
     send = send_seconds(p2p_bytes, pp_link);
   }
-  const PipelineTime pipe = pipeline_time(l.pp, l.virtual_stages, l.microbatches,
-                                          t.forward_chunk_s, t.backward_chunk_s, send,
-                                          engine.p2p_every_step);
+  const PipelineTime pipe = pipeline_time(l.pp, l.virtual_stages, l.microbatches, t.forward_chunk_s,
+                                          t.backward_chunk_s, send, engine.p2p_every_step);
   t.pipeline_s = pipe.makespan;
   t.bubble_s = pipe.bubble;
   t.p2p_s = pipe.transfers;
@@ -159,7 +163,9 @@ TimeEstimate estimate_time(const Workload& w, const Layout& l, const GpuSpec& g,
   const int zero = l.offload ? std::max(1, l.zero) : l.zero;
   const double rs = reduce_scatter_seconds(S * engine.grad_comm_bytes, l.dp, dp_link);
   double after = 0;  // what runs after the update, exposed
-  if (zero <= 2) after = all_gather_seconds(S * (zero == 0 ? engine.grad_comm_bytes : engine.param_gather_bytes), l.dp, dp_link);
+  if (zero <= 2)
+    after = all_gather_seconds(S * (zero == 0 ? engine.grad_comm_bytes : engine.param_gather_bytes),
+                               l.dp, dp_link);
   t.dp_comm_s = rs + after;
   const double window = engine.dp_overlap ? l.virtual_stages * t.backward_chunk_s : 0;
   t.dp_exposed_s = std::max(0.0, rs - window) + after;

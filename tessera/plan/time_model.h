@@ -50,8 +50,8 @@ struct EngineProfile {
   // Memory (memory_model.h): the s x s scores in memory, and pipeline sends held until the
   // step's end (Tessera's executor) rather than released as each completes.
   bool sends_held_to_step_end = true;
-  int grad_comm_bytes = 4;              // bytes per gradient element on the wire (fp32)
-  int param_gather_bytes = 4;           // ZeRO 1/2's post-update all-gather (fp32 master)
+  int grad_comm_bytes = 4;     // bytes per gradient element on the wire (fp32)
+  int param_gather_bytes = 4;  // ZeRO 1/2's post-update all-gather (fp32 master)
   // The GEMMs at the GPU's FP8 peak (at the same efficiency), everything else unchanged.
   // Tessera trains in bf16: this models what FP8 training would gain, for hardware choices.
   bool fp8_gemms = false;
@@ -90,13 +90,13 @@ Link group_link(int size, int stride, const GpuSpec& gpu);
 
 struct TimeEstimate {
   double forward_chunk_s = 0, backward_chunk_s = 0;  // one micro-batch through one chunk
-  double pipeline_s = 0;      // the forwards and backwards, with fill and drain
-  double tp_comm_s = 0;       // inside pipeline_s: the tensor-parallel collectives
-  double p2p_s = 0;           // inside pipeline_s: pipeline transfers on the critical path
-  double bubble_s = 0;        // inside pipeline_s: fill and drain
-  double dp_comm_s = 0;       // the whole data-parallel traffic of a step
-  double dp_exposed_s = 0;    // the part not hidden under backward
-  double zero3_exposed_s = 0; // ZeRO-3 gathers beyond their units' compute
+  double pipeline_s = 0;       // the forwards and backwards, with fill and drain
+  double tp_comm_s = 0;        // inside pipeline_s: the tensor-parallel collectives
+  double p2p_s = 0;            // inside pipeline_s: pipeline transfers on the critical path
+  double bubble_s = 0;         // inside pipeline_s: fill and drain
+  double dp_comm_s = 0;        // the whole data-parallel traffic of a step
+  double dp_exposed_s = 0;     // the part not hidden under backward
+  double zero3_exposed_s = 0;  // ZeRO-3 gathers beyond their units' compute
   double optimizer_s = 0;
   double step_s = 0;
   double hardware_flops = 0;  // per step, all GPUs, recomputation included

@@ -60,11 +60,16 @@ struct Table1Source {
 
 // Narayanan et al. 2021, Table 1 (../shared/reference/megatron-2021-tables.md).
 const Table1Source kTable1[] = {
-    {"megatron-1.7b", 1.7, 1, 1, 32, 512, 137},     {"megatron-3.6b", 3.6, 2, 1, 64, 512, 138},
-    {"megatron-7.5b", 7.5, 4, 1, 128, 512, 142},    {"megatron-18b", 18.4, 8, 1, 256, 1024, 135},
-    {"megatron-39b", 39.1, 8, 2, 512, 1536, 138},   {"megatron-76b", 76.1, 8, 4, 1024, 1792, 140},
-    {"megatron-146b", 145.6, 8, 8, 1536, 2304, 148}, {"megatron-310b", 310.1, 8, 16, 1920, 2160, 155},
-    {"megatron-530b", 529.6, 8, 35, 2520, 2520, 163}, {"megatron-1t", 1008.0, 8, 64, 3072, 3072, 163},
+    {"megatron-1.7b", 1.7, 1, 1, 32, 512, 137},
+    {"megatron-3.6b", 3.6, 2, 1, 64, 512, 138},
+    {"megatron-7.5b", 7.5, 4, 1, 128, 512, 142},
+    {"megatron-18b", 18.4, 8, 1, 256, 1024, 135},
+    {"megatron-39b", 39.1, 8, 2, 512, 1536, 138},
+    {"megatron-76b", 76.1, 8, 4, 1024, 1792, 140},
+    {"megatron-146b", 145.6, 8, 8, 1536, 2304, 148},
+    {"megatron-310b", 310.1, 8, 16, 1920, 2160, 155},
+    {"megatron-530b", 529.6, 8, 35, 2520, 2520, 163},
+    {"megatron-1t", 1008.0, 8, 64, 3072, 3072, 163},
 };
 
 struct Table2Source {
@@ -144,7 +149,8 @@ ValidationReport validate_published_runs(const GpuTable& table) {
     PlanRequest r = request_on(s.model, s.gpus, s.batch, table);
     const nn::GPTConfig& m = r.workload.model;
     const double per_token = narayanan_flops(1, 2048, double(m.n_layer), double(m.n_embd),
-                                             double(m.padded_vocab_size())) / 2048;
+                                             double(m.padded_vocab_size())) /
+                             2048;
     row.days_from_achieved = 300e9 * per_token / (s.gpus * s.tflops * 1e12) / 86400;
     if (std::string(s.scheme) == "ZeRO-3") {
       r.engine = deepspeed_2021();
@@ -226,13 +232,14 @@ std::string format_validation(const ValidationReport& r) {
   s += "Table 1 (Narayanan et al. 2021): the paper's (t, p) among plan's ranked (t, p) pairs, and "
        "TFLOP/s per GPU\n\n";
   s += "| model | GPUs | batch | paper (t, p) | plan's top 3 (t, p) | rank | paper TFLOP/s | plan "
-       "TFLOP/s | diff | plan's layout for the paper's pair |\n|---|---|---|---|---|---|---|---|---|---|\n";
+       "TFLOP/s | diff | plan's layout for the paper's pair "
+       "|\n|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Table1Row& t : r.table1) {
     std::string top;
     for (auto [a, b] : t.top_pairs) top += (top.empty() ? "" : " ") + str_cat("(", a, ",", b, ")");
     s += str_cat("| ", fixed(t.params_b, 1), "B | ", t.gpus, " | ", t.batch, " | (", t.t, ",", t.p,
-                 ") | ", top, " | ", t.rank_of_paper_pair, " | ", fixed(t.achieved_tflops, 0), " | ",
-                 fixed(t.predicted_tflops, 0), " | ",
+                 ") | ", top, " | ", t.rank_of_paper_pair, " | ", fixed(t.achieved_tflops, 0),
+                 " | ", fixed(t.predicted_tflops, 0), " | ",
                  t.predicted_tflops > 0 ? percent_diff(t.predicted_tflops, t.achieved_tflops) : "-",
                  " | ", t.predicted_layout, " |\n");
   }
@@ -240,23 +247,26 @@ std::string format_validation(const ValidationReport& r) {
     if (t.rank_of_paper_pair > 3)
       s += str_cat("\n", fixed(t.params_b, 1), "B: plan's best, ", t.best_layout, ", ",
                    fixed(t.best_step_s, 2), " s a step (bubble ", fixed(t.best_bubble_s, 2),
-                   " s); the paper's pair ", fixed(t.paper_step_s, 2), " s, of which tensor-parallel "
-                   "all-reduces ", fixed(t.paper_tp_comm_s, 2), " s");
+                   " s); the paper's pair ", fixed(t.paper_step_s, 2),
+                   " s, of which tensor-parallel "
+                   "all-reduces ",
+                   fixed(t.paper_tp_comm_s, 2), " s");
   s += "\n\nTable 2 (300B tokens): days from the paper's TFLOP/s through eq. 3, and plan's own "
        "TFLOP/s\n\n| model | scheme | GPUs | batch | paper days | days from paper TFLOP/s | diff | "
        "paper TFLOP/s | plan TFLOP/s | diff |\n|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Table2Row& t : r.table2)
-    s += str_cat("| ", t.model, " | ", t.scheme, t.mp > 1 ? str_cat(" (MP ", t.mp, ")") : "", " | ",
-                 t.gpus, " | ", t.batch, " | ", fixed(t.paper_days, 0), " | ",
-                 fixed(t.days_from_achieved, 1), " | ", percent_diff(t.days_from_achieved, t.paper_days),
-                 " | ", fixed(t.achieved_tflops, 0), " | ", fixed(t.predicted_tflops, 0), " | ",
-                 t.predicted_tflops > 0 ? percent_diff(t.predicted_tflops, t.achieved_tflops) : "-",
-                 " |\n");
+    s += str_cat(
+        "| ", t.model, " | ", t.scheme, t.mp > 1 ? str_cat(" (MP ", t.mp, ")") : "", " | ", t.gpus,
+        " | ", t.batch, " | ", fixed(t.paper_days, 0), " | ", fixed(t.days_from_achieved, 1), " | ",
+        percent_diff(t.days_from_achieved, t.paper_days), " | ", fixed(t.achieved_tflops, 0), " | ",
+        fixed(t.predicted_tflops, 0), " | ",
+        t.predicted_tflops > 0 ? percent_diff(t.predicted_tflops, t.achieved_tflops) : "-", " |\n");
   s += "\nPTD-P against ZeRO-3 at 768 GPUs or more (plan's TFLOP/s per GPU)\n\n| model | GPUs | "
        "PTD-P | ZeRO-3 | PTD-P faster |\n|---|---|---|---|---|\n";
   for (const auto& x : r.schemes)
     s += str_cat("| ", x.model, " | ", x.gpus, " | ", fixed(x.ptdp_tflops, 0), " | ",
-                 fixed(x.zero3_tflops, 0), " | ", x.ptdp_tflops > x.zero3_tflops ? "yes" : "no", " |\n");
+                 fixed(x.zero3_tflops, 0), " | ", x.ptdp_tflops > x.zero3_tflops ? "yes" : "no",
+                 " |\n");
   s += str_cat("\n§5.1: 175B on 300B tokens, 1024 GPUs at 140 TFLOP/s: ", fixed(r.days_175b, 1),
                " days (paper: 34); 1T on 450B tokens, 3072 GPUs at 163 TFLOP/s: ",
                fixed(r.days_1t, 1), " days (paper: 84)\n");
@@ -266,12 +276,12 @@ std::string format_validation(const ValidationReport& r) {
   for (size_t i = 0; i < r.hardware.size(); ++i) {
     const HardwareRow& h = r.hardware[i];
     const HardwareRow& a100 = r.hardware[i - i % 4];
-    s += str_cat("| ", h.model, " | ", fixed(h.tokens / 1e9, 0), "B | ", h.gpu, " | ",
-                 fixed(h.usd_per_hour, 2), " | ", fixed(h.days, 1), " | $",
-                 h.cost_usd < 1e6 ? fixed(h.cost_usd / 1e3, 1) + "k" : fixed(h.cost_usd / 1e6, 2) + "M",
-                 " | ",
-                 h.cost_usd > 0 && a100.cost_usd > 0 ? fixed(h.cost_usd / a100.cost_usd, 2) : "-",
-                 " | ", fixed(100 * h.mfu, 1), "% | ", h.layout, " |\n");
+    s += str_cat(
+        "| ", h.model, " | ", fixed(h.tokens / 1e9, 0), "B | ", h.gpu, " | ",
+        fixed(h.usd_per_hour, 2), " | ", fixed(h.days, 1), " | $",
+        h.cost_usd < 1e6 ? fixed(h.cost_usd / 1e3, 1) + "k" : fixed(h.cost_usd / 1e6, 2) + "M",
+        " | ", h.cost_usd > 0 && a100.cost_usd > 0 ? fixed(h.cost_usd / a100.cost_usd, 2) : "-",
+        " | ", fixed(100 * h.mfu, 1), "% | ", h.layout, " |\n");
   }
   s += "\nDeepSpeed's ZeRO-3 estimator (GPU, no offload: 4 L + 18 P / N bytes) against plan's bf16 "
        "ZeRO-3: the model states, then what each adds while the units run\n\n| model | GPUs | "

@@ -32,7 +32,7 @@ struct Table1Row {
   // What plan found.
   int rank_of_paper_pair = 0;  // 1-based among distinct (t, p); 0 when the pair does not fit
   std::vector<std::pair<int, int>> top_pairs;  // plan's best three (t, p)
-  double predicted_tflops = 0;  // for the paper's pair at its best settings
+  double predicted_tflops = 0;                 // for the paper's pair at its best settings
   std::string predicted_layout;
   // Why plan ranks as it does: its best pair's layout and step, and the paper pair's step
   // with its tensor-parallel share.
@@ -54,8 +54,8 @@ struct ZeroEstimatorRow {
   int gpus = 0;
   double deepspeed_bytes = 0;       // 4 L + 18 P / N
   double deepspeed_18pn_bytes = 0;  // its model states alone, 18 P / N
-  double plan_states_bytes = 0;  // plan's bf16 ZeRO-3 model states + its gathered-unit window
-  double plan_18pn_bytes = 0;    // plan's model states alone (18 bytes of each padded element / N)
+  double plan_states_bytes = 0;     // plan's bf16 ZeRO-3 model states + its gathered-unit window
+  double plan_18pn_bytes = 0;  // plan's model states alone (18 bytes of each padded element / N)
 };
 
 // The widely repeated claim that an A100 80GB is the most cost-effective GPU for most model

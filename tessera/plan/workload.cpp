@@ -35,8 +35,8 @@ nn::GPTConfig megatron(int64_t layers, int64_t hidden, int64_t heads) {
   return c;
 }
 
-nn::GPTConfig llama(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads,
-                    int64_t ffn, int64_t vocab, int64_t context) {
+nn::GPTConfig llama(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t ffn,
+                    int64_t vocab, int64_t context) {
   nn::GPTConfig c;
   c.n_layer = layers;
   c.n_embd = hidden;
@@ -153,7 +153,8 @@ nn::GPTConfig model_from_hf_config(const std::string& path) {
   c.bias = false;
   c.tie_embeddings = has("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() &&
                      j["tie_word_embeddings"].get<bool>();
-  if (has("rope_theta") && j["rope_theta"].is_number()) c.rope_theta = j["rope_theta"].get<double>();
+  if (has("rope_theta") && j["rope_theta"].is_number())
+    c.rope_theta = j["rope_theta"].get<double>();
   if (has("rms_norm_eps") && j["rms_norm_eps"].is_number())
     c.norm_eps = j["rms_norm_eps"].get<double>();
   TESSERA_CHECK(c.n_embd % c.n_head == 0, path, ": hidden_size ", c.n_embd,
@@ -189,8 +190,7 @@ FlopsPerToken flops_per_token(const nn::GPTConfig& m, int64_t s) {
   return out;
 }
 
-double training_flops(const nn::GPTConfig& m, int64_t batch, int64_t s,
-                      double recompute_fraction) {
+double training_flops(const nn::GPTConfig& m, int64_t batch, int64_t s, double recompute_fraction) {
   const FlopsPerToken f = flops_per_token(m, s);
   const double tokens = double(batch) * double(s);
   return tokens * ((3 + recompute_fraction) * (f.layers + f.attention) + 3 * f.logits);

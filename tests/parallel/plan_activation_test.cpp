@@ -72,23 +72,31 @@ void measure(const ActCase& c) {
   const plan::MemoryEstimate e = plan::estimate_memory(w, l, rank, {0});
   const double predicted = double(e.activations + e.buffers);
   const double measured = double(s.memory.activations);
-  std::printf("  %s, %s, pp rank %d: measured %.0f, predicted %.0f (saved %lld, transient %lld, "
-              "%d in flight): %+.1f%%\n",
-              trainer.config().describe().c_str(), nn::recompute_mode_name(c.recompute), rank,
-              measured, predicted, (long long)e.activations, (long long)e.buffers, e.in_flight,
-              100 * (predicted - measured) / measured);
-  EXPECT_NEAR(predicted / measured, 1.0, 0.05) << trainer.config().describe() << ", pp rank " << rank;
+  std::printf(
+      "  %s, %s, pp rank %d: measured %.0f, predicted %.0f (saved %lld, transient %lld, "
+      "%d in flight): %+.1f%%\n",
+      trainer.config().describe().c_str(), nn::recompute_mode_name(c.recompute), rank, measured,
+      predicted, (long long)e.activations, (long long)e.buffers, e.in_flight,
+      100 * (predicted - measured) / measured);
+  EXPECT_NEAR(predicted / measured, 1.0, 0.05)
+      << trainer.config().describe() << ", pp rank " << rank;
 }
 
 TEST(PlanActivationsN4, WithinFivePercentOfTheEngine) {
   using R = nn::RecomputeMode;
   const ActCase cases[] = {
-      {MeshShape(4, 1, 1), 0, 1, 1, R::none},      {MeshShape(4, 1, 1), 0, 1, 1, R::selective},
-      {MeshShape(4, 1, 1), 0, 1, 1, R::full},      {MeshShape(4, 1, 1), 2, 1, 2, R::none},
-      {MeshShape(4, 1, 1), 3, 1, 1, R::none},      {MeshShape(2, 1, 2), 1, 1, 1, R::none},
-      {MeshShape(2, 1, 2), 1, 1, 1, R::none, true}, {MeshShape(2, 1, 2), 1, 1, 1, R::selective, true},
-      {MeshShape(2, 2, 1), 0, 1, 4, R::none},      {MeshShape(2, 2, 1), 1, 1, 4, R::full},
-      {MeshShape(1, 4, 1), 0, 1, 4, R::none},      {MeshShape(1, 2, 2), 0, 2, 4, R::none},
+      {MeshShape(4, 1, 1), 0, 1, 1, R::none},
+      {MeshShape(4, 1, 1), 0, 1, 1, R::selective},
+      {MeshShape(4, 1, 1), 0, 1, 1, R::full},
+      {MeshShape(4, 1, 1), 2, 1, 2, R::none},
+      {MeshShape(4, 1, 1), 3, 1, 1, R::none},
+      {MeshShape(2, 1, 2), 1, 1, 1, R::none},
+      {MeshShape(2, 1, 2), 1, 1, 1, R::none, true},
+      {MeshShape(2, 1, 2), 1, 1, 1, R::selective, true},
+      {MeshShape(2, 2, 1), 0, 1, 4, R::none},
+      {MeshShape(2, 2, 1), 1, 1, 4, R::full},
+      {MeshShape(1, 4, 1), 0, 1, 4, R::none},
+      {MeshShape(1, 2, 2), 0, 2, 4, R::none},
       {MeshShape(2, 2, 1), 0, 2, 2, R::selective},
   };
   for (const ActCase& c : cases) measure(c);

@@ -43,7 +43,7 @@ void expect_states_match(const StatesCase& c) {
   const plan::ModelStates want =
       plan::model_state_bytes(model, l, c.precision, trainer.mesh().pp_rank());
   const std::string what = str_cat(trainer.config().describe(), c.gpt2 ? ", GPT-2" : ", Llama",
-                                    ", pp rank ", trainer.mesh().pp_rank());
+                                   ", pp rank ", trainer.mesh().pp_rank());
   EXPECT_EQ(s.memory.parameters, want.parameters) << what;
   EXPECT_EQ(s.memory.gradients, want.gradients) << what;
   EXPECT_EQ(s.memory.optimizer_state, want.optimizer) << what;
@@ -59,10 +59,10 @@ RANK_TEST(PlanMemoryN4, ModelStatesOfDataParallelStages) {
 RANK_TEST(PlanMemoryN4, ModelStatesOfTensorAndPipelineLayouts) {
   using P = nn::Precision;
   const StatesCase cases[] = {
-      {MeshShape(2, 1, 2), 1, 1, 2, true, P::fp32},   // tp2: vocab rows, split and replicated
-      {MeshShape(2, 1, 2), 3, 1, 2, false, P::bf16},  // tp2, GQA, SwiGLU, sharded compute copy
+      {MeshShape(2, 1, 2), 1, 1, 2, true, P::fp32},        // tp2: vocab rows, split and replicated
+      {MeshShape(2, 1, 2), 3, 1, 2, false, P::bf16},       // tp2, GQA, SwiGLU, sharded compute copy
       {MeshShape(1, 1, 4), 0, 1, 1, true, P::fp32, true},  // tp4 with sequence parallelism
-      {MeshShape(2, 2, 1), 0, 1, 2, true, P::fp32},   // pp2 1F1B: the tied copy's own bucket
+      {MeshShape(2, 2, 1), 0, 1, 2, true, P::fp32},        // pp2 1F1B: the tied copy's own bucket
       {MeshShape(2, 2, 1), 2, 1, 2, true, P::bf16},
       {MeshShape(2, 2, 1), 3, 1, 2, false, P::bf16},
       {MeshShape(1, 2, 2), 0, 2, 2, true, P::fp32},   // pp2 x tp2, interleaved v2

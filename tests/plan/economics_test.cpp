@@ -11,7 +11,9 @@
 namespace tessera::plan {
 namespace {
 
-double waste(double tau, double d, double R, double M) { return d / tau + (tau / 2 + R) / M; }
+double waste(double tau, double d, double R, double M) {
+  return d / tau + (tau / 2 + R) / M;
+}
 
 TEST(Economics, DalyIntervalMinimisesWaste) {
   for (int nodes : {1, 16, 128, 1250})

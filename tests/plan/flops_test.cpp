@@ -41,8 +41,8 @@ TEST(Flops, ShapeCountEqualsEquationThreeForGptBlocks) {
   for (const char* name : {"megatron-1.7b", "gpt3-175b", "megatron-1t"}) {
     const nn::GPTConfig m = plan_model(name);
     const double B = 8, s = 2048;
-    const double eq3 = narayanan_flops(B, s, double(m.n_layer), double(m.n_embd),
-                                       double(m.padded_vocab_size()));
+    const double eq3 =
+        narayanan_flops(B, s, double(m.n_layer), double(m.n_embd), double(m.padded_vocab_size()));
     EXPECT_NEAR(training_flops(m, int64_t(B), int64_t(s), 1.0) / eq3, 1.0, 1e-12) << name;
     const double three = narayanan_flops_no_recompute(B, s, double(m.n_layer), double(m.n_embd),
                                                       double(m.padded_vocab_size()));

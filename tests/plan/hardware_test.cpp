@@ -33,7 +33,6 @@ TEST(GpuTable, UnknownGpuListsTheKnownOnes) {
     GpuTable::builtin().find("v100");
     FAIL() << "v100 was found";
   } catch (const Error& e) {
-
     EXPECT_NE(std::string(e.what()).find("unknown GPU 'v100'"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("a100-80gb, h100, h200, b200"), std::string::npos)
         << e.what();
@@ -72,7 +71,8 @@ TEST(GpuTable, BadEntriesAreRefusedByName) {
   e = good_entry();
   e.erase("name");
   refused(table_with(e), "edited.json: gpus[0]: the entry has no 'name'");
-  refused(nlohmann::json{{"gpus", {good_entry(), good_entry()}}}.dump(), "gpu 'h100' appears twice");
+  refused(nlohmann::json{{"gpus", {good_entry(), good_entry()}}}.dump(),
+          "gpu 'h100' appears twice");
   refused("{\"gpus\": []}", "the 'gpus' list is empty");
   refused("{\"gpus\": [", "edited.json: not JSON");
   refused(std::string(100, '[') + std::string(100, ']'), "edited.json");  // too deep

@@ -80,7 +80,8 @@ TEST(Planner, NothingFitsSaysWhatTheSmallestLayoutNeeds) {
   const PlanResult p = plan(r);
   EXPECT_TRUE(p.ranked.empty());
   EXPECT_NE(p.nothing_fits.find("llama-70b-like fits nowhere: its smallest layout (dp"),
-            std::string::npos) << p.nothing_fits;
+            std::string::npos)
+      << p.nothing_fits;
   EXPECT_NE(p.nothing_fits.find("GB usable on a100-40gb"), std::string::npos) << p.nothing_fits;
   // Its smallest layout shards everything: ZeRO-3 (or the deepest model parallelism).
   EXPECT_GT(p.smallest.memory.total(), 36e9);

@@ -27,11 +27,11 @@ TEST(Collectives, RingAndTreeCosts) {
 
 TEST(Collectives, GroupLinks) {
   const GpuSpec& g = GpuTable::builtin().find("a100-80gb");  // 8 per node, 300 / 25 GB/s
-  EXPECT_EQ(group_link(8, 1, g).gbps, 300);   // tp8 inside a node
-  EXPECT_EQ(group_link(2, 4, g).gbps, 300);   // dp2 over tp4: still one node
-  EXPECT_EQ(group_link(64, 8, g).gbps, 25);   // one member per node: one NIC
-  EXPECT_EQ(group_link(64, 2, g).gbps, 100);  // four per node: four NICs
-  EXPECT_EQ(group_link(64, 1, g).gbps, 200);  // eight per node: eight NICs
+  EXPECT_EQ(group_link(8, 1, g).gbps, 300);                  // tp8 inside a node
+  EXPECT_EQ(group_link(2, 4, g).gbps, 300);                  // dp2 over tp4: still one node
+  EXPECT_EQ(group_link(64, 8, g).gbps, 25);                  // one member per node: one NIC
+  EXPECT_EQ(group_link(64, 2, g).gbps, 100);                 // four per node: four NICs
+  EXPECT_EQ(group_link(64, 1, g).gbps, 200);                 // eight per node: eight NICs
   EXPECT_EQ(group_link(64, 1, g).latency_us, g.network_latency_us);
 }
 
@@ -43,8 +43,8 @@ TEST(PipelineModel, FormulasMatchTheSimulator) {
       for (int m : {1, 2, 3, 4, 5, 8, 12, 16, 32}) {
         if (v > 1 && m % p != 0) continue;
         const parallel::Schedule s = parallel::make_schedule(
-            v > 1 ? parallel::ScheduleKind::interleaved : parallel::ScheduleKind::one_f_one_b, p,
-            v, m);
+            v > 1 ? parallel::ScheduleKind::interleaved : parallel::ScheduleKind::one_f_one_b, p, v,
+            m);
         for (double send : {0.0, 0.01, 0.07}) {
           parallel::SimulationOptions o;
           o.forward_cost = 1.0;  // a rank's whole forward; each chunk 1/v of it

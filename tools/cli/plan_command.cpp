@@ -11,10 +11,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -64,11 +64,21 @@ double parse_size(const std::string& text, const char* flag) {
   if (!digits.empty()) {
     const double base = binary ? 1024.0 : 1000.0;
     switch (std::toupper(static_cast<unsigned char>(digits.back()))) {
-      case 'K': scale = base; break;
-      case 'M': scale = base * base; break;
-      case 'B': case 'G': scale = base * base * base; break;
-      case 'T': scale = base * base * base * base; break;
-      default: break;
+      case 'K':
+        scale = base;
+        break;
+      case 'M':
+        scale = base * base;
+        break;
+      case 'B':
+      case 'G':
+        scale = base * base * base;
+        break;
+      case 'T':
+        scale = base * base * base * base;
+        break;
+      default:
+        break;
     }
     if (scale != 1) digits.pop_back();
   }
@@ -81,7 +91,8 @@ double parse_size(const std::string& text, const char* flag) {
     used = 0;
   }
   TESSERA_CHECK(used == digits.size() && used > 0 && std::isfinite(v) && v >= 0, "plan: ", flag,
-                " '", text, "' is not a size (a number with an optional K, M, B, T or Ki, Mi, Gi, Ti)");
+                " '", text,
+                "' is not a size (a number with an optional K, M, B, T or Ki, Mi, Gi, Ti)");
   return v * scale;
 }
 
@@ -117,13 +128,12 @@ plan::Workload workload_of(const PlanFlags& f) {
   if (!f.batch_tokens.empty()) {
     const double tokens = parse_size(f.batch_tokens, "--batch-tokens");
     const double seqs = tokens / double(w.seq_len);
-    TESSERA_CHECK(seqs >= 1 && std::fabs(seqs - std::round(seqs)) < 1e-9,
-                  "plan: --batch-tokens ", f.batch_tokens, " is not a whole number of ",
-                  w.seq_len, "-token sequences");
+    TESSERA_CHECK(seqs >= 1 && std::fabs(seqs - std::round(seqs)) < 1e-9, "plan: --batch-tokens ",
+                  f.batch_tokens, " is not a whole number of ", w.seq_len, "-token sequences");
     w.global_batch = int64_t(std::round(seqs));
   } else {
-    w.global_batch = f.global_batch > 0 ? f.global_batch
-                                        : std::max<int64_t>(1, (int64_t(4) << 20) / w.seq_len);
+    w.global_batch =
+        f.global_batch > 0 ? f.global_batch : std::max<int64_t>(1, (int64_t(4) << 20) / w.seq_len);
   }
   if (!f.tokens.empty()) w.train_tokens = parse_size(f.tokens, "--tokens");
   w.precision = nn::parse_precision(f.precision);
@@ -197,18 +207,21 @@ void run_plan(const PlanFlags& f) {
     const int nodes = cluster.nodes();
     plan::FailureModel fm;
     fm.node_failures_per_day = f.node_failure_rate;
-    fm.save_stall_s = f.save_seconds >= 0 ? f.save_seconds : ckpt_bytes / (nodes * f.storage_gbps * 1e9);
-    fm.restart_s = f.restart_seconds >= 0 ? f.restart_seconds : 120 + ckpt_bytes / (nodes * f.storage_gbps * 1e9);
+    fm.save_stall_s =
+        f.save_seconds >= 0 ? f.save_seconds : ckpt_bytes / (nodes * f.storage_gbps * 1e9);
+    fm.restart_s = f.restart_seconds >= 0 ? f.restart_seconds
+                                          : 120 + ckpt_bytes / (nodes * f.storage_gbps * 1e9);
     const double run_s = best.days * 86400;
     const plan::CheckpointEconomics e = plan::checkpoint_economics(nodes, fm, run_s);
     char text[512];
-    std::snprintf(text, sizeof text,
-                  "checkpoints: %d nodes at %.3g failures per node-day fail every %.2f h; a %.0f GB "
-                  "save stalls %.1f s%s, a restart takes %.0f s; save every %.1f min (Young), "
-                  "%.1f min lost per failure, goodput %.1f%%",
-                  nodes, f.node_failure_rate, e.mtbf_s / 3600, ckpt_bytes / 1e9, fm.save_stall_s,
-                  f.save_seconds >= 0 ? " (given)" : " (sharded, at --storage-gbps per node)",
-                  fm.restart_s, e.interval_s / 60, e.lost_per_failure_s / 60, 100 * e.goodput);
+    std::snprintf(
+        text, sizeof text,
+        "checkpoints: %d nodes at %.3g failures per node-day fail every %.2f h; a %.0f GB "
+        "save stalls %.1f s%s, a restart takes %.0f s; save every %.1f min (Young), "
+        "%.1f min lost per failure, goodput %.1f%%",
+        nodes, f.node_failure_rate, e.mtbf_s / 3600, ckpt_bytes / 1e9, fm.save_stall_s,
+        f.save_seconds >= 0 ? " (given)" : " (sharded, at --storage-gbps per node)", fm.restart_s,
+        e.interval_s / 60, e.lost_per_failure_s / 60, 100 * e.goodput);
     std::cout << text;
     if (run_s > 0)
       std::cout << str_cat(", ", int64_t(std::lround(e.failures)), " failures expected over the ",
@@ -225,8 +238,9 @@ void run_plan(const PlanFlags& f) {
 void add_plan_command(CLI::App& app) {
   auto f = std::make_shared<PlanFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "plan", "Choose layouts, hardware and budgets: memory, step time, cost and checkpoint "
-              "interval of every layout of a model on a cluster");
+      "plan",
+      "Choose layouts, hardware and budgets: memory, step time, cost and checkpoint "
+      "interval of every layout of a model on a cluster");
   cmd->add_option("--model", f->model,
                   "a preset (gpt3-175b, llama-70b-like, megatron-1t, gpt2-d12, ...) or a "
                   "Hugging Face config.json");
@@ -236,7 +250,8 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--kv-heads", f->kv_heads, "override the key/value heads (GQA)");
   cmd->add_option("--ffn", f->ffn, "override the MLP width");
   cmd->add_option("--vocab", f->vocab, "override the vocabulary");
-  cmd->add_option("--seq-len", f->seq_len, "tokens per sequence (default: the model's context, at most 4096)");
+  cmd->add_option("--seq-len", f->seq_len,
+                  "tokens per sequence (default: the model's context, at most 4096)");
   cmd->add_option("--global-batch", f->global_batch, "sequences per step (default: 4M tokens)");
   cmd->add_option("--batch-tokens", f->batch_tokens, "tokens per step, e.g. 4Mi (2^22)");
   cmd->add_option("--tokens", f->tokens, "tokens to train on, e.g. 2T (days and cost need it)");
@@ -258,18 +273,24 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--micro-batch", f->micro_batch, "only this micro-batch size (sequences)");
   cmd->add_option("--zero", f->zero, "only this ZeRO stage");
   cmd->add_option("--recompute", f->recompute, "modes to try (default none,selective,full)");
-  cmd->add_flag("--no-sequence-parallel", f->no_sequence_parallel, "never split the sequence under tp");
+  cmd->add_flag("--no-sequence-parallel", f->no_sequence_parallel,
+                "never split the sequence under tp");
   cmd->add_flag("--offload", f->offload, "also try optimizer offload");
   cmd->add_flag("--fp8", f->fp8,
                 "time the GEMMs at the GPU's FP8 peak: what FP8 training would gain (Tessera "
                 "trains in bf16; refused on a GPU without FP8)");
   cmd->add_option("--reserve-gb", f->reserve_gb, "GB per GPU kept for the runtime (default 2.5)");
-  cmd->add_option("--usable-memory", f->usable_memory,
-                  "the share of GPU memory a layout may fill (default 0.9: fragmentation headroom)");
-  cmd->add_option("--node-failure-rate", f->node_failure_rate, "failures per node and day (default 0.05)");
-  cmd->add_option("--save-seconds", f->save_seconds, "the stall of one checkpoint save (default: from --storage-gbps)");
-  cmd->add_option("--restart-seconds", f->restart_seconds, "from a failure to training again (default: 120 s + reading the checkpoint)");
-  cmd->add_option("--storage-gbps", f->storage_gbps, "checkpoint write and read GB/s per node (default 2)");
+  cmd->add_option(
+      "--usable-memory", f->usable_memory,
+      "the share of GPU memory a layout may fill (default 0.9: fragmentation headroom)");
+  cmd->add_option("--node-failure-rate", f->node_failure_rate,
+                  "failures per node and day (default 0.05)");
+  cmd->add_option("--save-seconds", f->save_seconds,
+                  "the stall of one checkpoint save (default: from --storage-gbps)");
+  cmd->add_option("--restart-seconds", f->restart_seconds,
+                  "from a failure to training again (default: 120 s + reading the checkpoint)");
+  cmd->add_option("--storage-gbps", f->storage_gbps,
+                  "checkpoint write and read GB/s per node (default 2)");
   cmd->add_option("--calibrate", f->calibrate,
                   "a run directory of tessera train: fit the compute efficiency and link bandwidth "
                   "to what it measured, check its memory, and plan on that hardware");
