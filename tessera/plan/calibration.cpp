@@ -16,6 +16,7 @@
 #include "tessera/core/file_io.h"
 #include "tessera/core/json_depth.h"
 #include "tessera/data/load_tokenizer.h"
+#include "tessera/plan/detail/text.h"
 #include "tessera/train/metrics.h"
 #include "tessera/train/options.h"
 
@@ -46,7 +47,7 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
       out.push_back(std::move(j));
     } catch (const nlohmann::json::exception& e) {
       if (i + 1 == lines.size()) break;  // torn last record
-      detail::throw_error(path, ":", i + 1, ": not JSON: ", e.what());
+      tessera::detail::throw_error(path, ":", i + 1, ": not JSON: ", e.what());
     }
   }
   return out;
@@ -67,15 +68,10 @@ std::optional<nn::GPTConfig> checkpoint_model_config(const std::string& run_dir)
   for (const char* file : {"state.json", "manifest.json"}) {
     const fs::path path = fs::path(run_dir) / "checkpoints" / name / file;
     if (!fs::is_regular_file(path)) continue;
-    const std::string text = read_text_file(path.string());
-    check_json_depth(text, path.string());
-    try {
-      const nlohmann::json j = nlohmann::json::parse(text);
-      if (j.contains("state") && j["state"].contains("model_config"))
-        return nn::GPTConfig::from_json(j["state"]["model_config"]);
-    } catch (const nlohmann::json::exception& e) {
-      detail::throw_error(path.string(), ": not JSON: ", e.what());
-    }
+    const nlohmann::json j = plan::detail::parse_json(read_text_file(path.string()), path.string());
+    if (j.is_object() && j.contains("state") && j["state"].is_object() &&
+        j["state"].contains("model_config"))
+      return nn::GPTConfig::from_json(j["state"]["model_config"]);
   }
   return std::nullopt;
 }
@@ -129,17 +125,7 @@ Calibration calibrate(const std::string& run_dir, const GpuSpec* gpu, int skip_s
   TESSERA_CHECK(fs::is_regular_file(config_path), "plan --calibrate: ", run_dir,
                 " has no config.json (is it a tessera train run directory?)");
   train::TrainOptions o;
-  {
-    const std::string text = read_text_file(config_path);
-    check_json_depth(text, config_path);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      detail::throw_error(config_path, ": not JSON: ", e.what());
-    }
-    o.update_from_json(j);
-  }
+  { o.update_from_json(plan::detail::parse_json(read_text_file(config_path), config_path)); }
   c.device = o.device;
   // The model as the run resolved it: the newest checkpoint's model_config, else the options
   // with the vocabulary of the run's tokenizer (as train/run_setup.cpp's resolve_config).

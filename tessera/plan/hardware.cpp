@@ -9,6 +9,7 @@
 #include "tessera/core/file_io.h"
 #include "tessera/core/json_depth.h"
 #include "tessera/plan/detail/builtin_gpus.h"
+#include "tessera/plan/detail/text.h"
 
 namespace tessera::plan {
 
@@ -138,13 +139,7 @@ nlohmann::json GpuSpec::to_json() const {
 }
 
 GpuTable GpuTable::parse(const std::string& text, const std::string& source) {
-  check_json_depth(text, source);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    tessera::detail::throw_error(source, ": not JSON: ", e.what());
-  }
+  const nlohmann::json j = detail::parse_json(text, source);
   TESSERA_CHECK(j.is_object() && j.contains("gpus") && j["gpus"].is_array(), source,
                 ": expected an object with a 'gpus' list");
   GpuTable t;

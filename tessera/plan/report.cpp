@@ -4,16 +4,13 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/error.h"
+#include "tessera/plan/detail/text.h"
 
 namespace tessera::plan {
 
-namespace {
+using detail::fixed;
 
-std::string fixed(double v, int digits) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.*f", digits, v);
-  return b;
-}
+namespace {
 
 std::string pad(const std::string& s, size_t width, bool right = false) {
   if (s.size() >= width) return s;

@@ -5,16 +5,13 @@
 #include <cstdio>
 
 #include "tessera/core/error.h"
+#include "tessera/plan/detail/text.h"
 
 namespace tessera::plan {
 
-namespace {
+using detail::fixed;
 
-std::string fixed(double v, int digits) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.*f", digits, v);
-  return b;
-}
+namespace {
 
 std::string percent_diff(double plan, double paper) {
   const double d = 100 * (plan - paper) / paper;

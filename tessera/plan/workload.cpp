@@ -7,6 +7,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
 #include "tessera/core/json_depth.h"
+#include "tessera/plan/detail/text.h"
 
 namespace tessera::plan {
 
@@ -99,19 +100,12 @@ nn::GPTConfig plan_model(const std::string& name) {
     if (name == n) return nn::GPTConfig::preset(n);
   std::string known;
   for (const std::string& n : plan_model_names()) known += (known.empty() ? "" : ", ") + n;
-  detail::throw_error("plan: unknown model '", name, "' (presets: ", known,
+  tessera::detail::throw_error("plan: unknown model '", name, "' (presets: ", known,
                       "; or give a Hugging Face config.json)");
 }
 
 nn::GPTConfig model_from_hf_config(const std::string& path) {
-  const std::string text = read_text_file(path);
-  check_json_depth(text, path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    detail::throw_error(path, ": not JSON: ", e.what());
-  }
+  const nlohmann::json j = plan::detail::parse_json(read_text_file(path), path);
   TESSERA_CHECK(j.is_object(), path, ": a config.json must be an object");
   auto has = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
   auto integer = [&](std::initializer_list<const char*> keys) -> int64_t {
@@ -123,7 +117,7 @@ nn::GPTConfig model_from_hf_config(const std::string& path) {
       }
     std::string names;
     for (const char* key : keys) names += (names.empty() ? "'" : " or '") + std::string(key) + "'";
-    detail::throw_error(path, ": no ", names);
+    tessera::detail::throw_error(path, ": no ", names);
   };
   const std::string type = has("model_type") && j["model_type"].is_string()
                                ? j["model_type"].get<std::string>()
