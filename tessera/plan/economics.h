@@ -11,12 +11,18 @@
 // refinement, sqrt(2 δ (M + R)) - δ, models the expected run time more exactly; it moves τ*
 // by under 1% while δ and R are small against M, which is when checkpointing pays at all.)
 
+#include <cstdint>
+#include <string>
+
 namespace tessera::plan {
 
 struct FailureModel {
   double node_failures_per_day = 0.05;  // a common planning figure: 5% of nodes a day
   double save_stall_s = 0;              // δ: what a save costs the training loop
   double restart_s = 0;                 // R: from the failure to training again
+  // How long a save takes to reach storage: a save cannot start before the last one is on
+  // disk, so τ is at least this (it binds when saves run in the background, δ ~ 0).
+  double write_s = 0;
 };
 
 struct CheckpointEconomics {
@@ -30,5 +36,28 @@ struct CheckpointEconomics {
 
 // Throws naming the field when a figure is negative or not finite, or the node count < 1.
 CheckpointEconomics checkpoint_economics(int nodes, const FailureModel& model, double run_s = 0);
+
+// What a plan assumes about checkpoints when nothing better is known, and what a calibration
+// replaces. A checkpoint is the fp32 master and both AdamW moments, 12 bytes a parameter, every
+// node writing its share (sharded saves).
+struct CheckpointInputs {
+  double node_failures_per_day = 0.05;
+  double storage_gbps = 2;   // per node, written and read back (an assumption: say yours)
+  double save_stall_s = -1;  // -1: the write itself, as a synchronous save stalls
+  double restart_s = -1;     // -1: relaunch_s plus reading the checkpoint back
+  double relaunch_s = 120;   // detection, rescheduling, process start (an assumption)
+  std::string source = "assumed";
+};
+
+struct CheckpointPlan {
+  int nodes = 1;
+  double checkpoint_bytes = 0;
+  FailureModel model;
+  CheckpointEconomics economics;
+  std::string source;
+};
+
+CheckpointPlan plan_checkpoints(int64_t parameters, int nodes, double run_s,
+                                const CheckpointInputs& inputs);
 
 }  // namespace tessera::plan

@@ -16,7 +16,9 @@ const char* kPartColors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#bab0a
 const char* kPartNames[] = {"parameters", "gradients", "optimizer", "activations", "buffers"};
 const char* kGpuColors[] = {"#4e79a7", "#e15759", "#59a14f", "#b07aa1", "#edc948", "#9c755f"};
 
-std::string fmt(double v, int digits = 1) { return detail::fixed(v, digits); }
+std::string fmt(double v, int digits = 1) {
+  return detail::fixed(v, digits);
+}
 
 std::string escape(const std::string& s) {
   std::string out;

@@ -1,5 +1,6 @@
 #include "tessera/plan/report.h"
 
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -63,7 +64,7 @@ std::string format_plan_table(const PlanRequest& r, const PlanResult& result, in
                                             parts,
                                             fixed(c.time.step_s, c.time.step_s < 10 ? 3 : 1),
                                             fixed(100 * c.mfu, 1) + "%",
-                                            fixed(c.tflops_per_gpu, 0),
+                                            fixed(c.tflops_per_gpu, c.tflops_per_gpu < 10 ? 2 : 0),
                                             short_number(c.tokens_per_s),
                                             tokens ? fixed(c.days, 1) : "-",
                                             tokens ? short_number(c.gpu_hours) : "-",
@@ -74,6 +75,39 @@ std::string format_plan_table(const PlanRequest& r, const PlanResult& result, in
     out += row + "\n";
   }
   return out;
+}
+
+std::string format_checkpoints(const CheckpointPlan& p, double days) {
+  const CheckpointEconomics& e = p.economics;
+  char text[512];
+  std::snprintf(text, sizeof text,
+                "checkpoints: %d node%s at %.3g failures per node-day fail every %.2f h; a %.3g GB "
+                "save stalls %.1f s and takes %.1f s to write, a restart %.0f s (%s); save every "
+                "%.1f min (Young), %.1f min lost per failure, goodput %.1f%%",
+                p.nodes, p.nodes == 1 ? "" : "s", p.model.node_failures_per_day, e.mtbf_s / 3600,
+                p.checkpoint_bytes / 1e9, p.model.save_stall_s, p.model.write_s, p.model.restart_s,
+                p.source.c_str(), e.interval_s / 60, e.lost_per_failure_s / 60, 100 * e.goodput);
+  std::string s = text;
+  if (days > 0)
+    s += str_cat(", ", int64_t(std::lround(e.failures)), " failures expected over the ",
+                 int64_t(std::lround(days)), " days");
+  return s;
+}
+
+nlohmann::json checkpoints_to_json(const CheckpointPlan& p) {
+  const CheckpointEconomics& e = p.economics;
+  return {{"nodes", p.nodes},
+          {"checkpoint_bytes", p.checkpoint_bytes},
+          {"node_failures_per_day", p.model.node_failures_per_day},
+          {"save_stall_s", p.model.save_stall_s},
+          {"write_s", p.model.write_s},
+          {"restart_s", p.model.restart_s},
+          {"mtbf_s", e.mtbf_s},
+          {"interval_s", e.interval_s},
+          {"lost_per_failure_s", e.lost_per_failure_s},
+          {"goodput", e.goodput},
+          {"failures", e.failures},
+          {"source", p.source}};
 }
 
 nlohmann::json candidate_to_json(const PlanRequest& r, const Candidate& c) {

@@ -101,7 +101,7 @@ nn::GPTConfig plan_model(const std::string& name) {
   std::string known;
   for (const std::string& n : plan_model_names()) known += (known.empty() ? "" : ", ") + n;
   tessera::detail::throw_error("plan: unknown model '", name, "' (presets: ", known,
-                      "; or give a Hugging Face config.json)");
+                               "; or give a Hugging Face config.json)");
 }
 
 nn::GPTConfig model_from_hf_config(const std::string& path) {

@@ -42,6 +42,29 @@ TEST(Economics, WorkedExample) {
   EXPECT_NEAR(e.waste, 1.5 / e.interval_s + (e.interval_s / 2 + 60) / 13824, 1e-12);
 }
 
+// A save cannot start before the last is on disk: with background saves (no stall) the
+// interval is the write time, not zero.
+TEST(Economics, IntervalAtLeastTheWrite) {
+  FailureModel f{0.05, 0.0, 60, 90};
+  EXPECT_DOUBLE_EQ(checkpoint_economics(128, f).interval_s, 90);
+  f.save_stall_s = 4;  // sqrt(2 x 4 x 13,500) = 328.6 s, longer than the write
+  EXPECT_NEAR(checkpoint_economics(128, f).interval_s, std::sqrt(2 * 4 * 86400.0 / 6.4), 1e-9);
+}
+
+// The defaults: 12 bytes a parameter written by every node at the storage bandwidth; the
+// restart relaunches and reads it back.
+TEST(Economics, CheckpointPlanFromTheModel) {
+  CheckpointInputs in;  // 2 GB/s per node, 120 s relaunch
+  const CheckpointPlan p = plan_checkpoints(int64_t(70e9), 128, 0, in);
+  EXPECT_DOUBLE_EQ(p.checkpoint_bytes, 840e9);
+  EXPECT_DOUBLE_EQ(p.model.write_s, 840e9 / (128 * 2e9));
+  EXPECT_DOUBLE_EQ(p.model.save_stall_s, p.model.write_s);  // a synchronous save
+  EXPECT_DOUBLE_EQ(p.model.restart_s, 120 + p.model.write_s);
+  in.save_stall_s = 0.5;
+  in.storage_gbps = 0;
+  EXPECT_THROW(plan_checkpoints(1000, 1, 0, in), Error);
+}
+
 TEST(Economics, BadFiguresAreRefused) {
   EXPECT_THROW(checkpoint_economics(0, {}), Error);
   EXPECT_THROW(checkpoint_economics(8, {-0.1, 1, 1}), Error);

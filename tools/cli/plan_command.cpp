@@ -51,6 +51,8 @@ struct PlanFlags {
   bool validate = false;
   std::string calibrate;
   CLI::Option* gpu_option = nullptr;  // to tell a given --gpu from the default
+  CLI::Option* precision_option = nullptr;
+  CLI::Option* reserve_option = nullptr;
 };
 
 // "300B" -> 3e11; "4M" -> 4e6; "2048" -> 2048. Throws naming the flag.
@@ -152,6 +154,8 @@ void run_plan(const PlanFlags& f) {
   // A run directory replaces its hardware's assumed figures with measured ones: the run's own
   // device (this CPU, or the one --gpu type it ran on) becomes the hardware planned for.
   std::optional<plan::GpuSpec> calibrated;
+  std::optional<plan::Calibration> calibration;
+  std::optional<plan::CheckpointPlan> checkpoints;
   if (!f.calibrate.empty()) {
     const bool gpu_named = f.gpu_option != nullptr && f.gpu_option->count() > 0;
     TESSERA_CHECK(!gpu_named || split_list(f.gpu).size() == 1, "plan --calibrate: name the one ",
@@ -161,9 +165,13 @@ void run_plan(const PlanFlags& f) {
     std::cout << plan::format_calibration(c);
     if (f.model.empty()) return;  // the report alone
     calibrated = c.calibrated;
+    calibration = c;
   }
   plan::PlanRequest r;
   r.workload = workload_of(f);
+  // Planning on a calibrated machine keeps the run's precision unless told otherwise.
+  if (calibration && f.precision_option->count() == 0)
+    r.workload.precision = calibration->workload.precision;
   for (const std::string& name : split_list(f.gpu))
     for (const std::string& count : split_list(f.gpus)) {
       const double n = parse_size(count, "--gpus");
@@ -189,6 +197,9 @@ void run_plan(const PlanFlags& f) {
   r.space.try_offload = f.offload;
   r.engine.fp8_gemms = f.fp8;
   r.memory.reserve_gb = f.reserve_gb;
+  // A CPU has no CUDA context or NCCL buffers to keep memory for.
+  if (calibration && calibration->calibrated.name == "cpu" && f.reserve_option->count() == 0)
+    r.memory.reserve_gb = 0;
   r.usable_fraction = f.usable_memory;
 
   const plan::PlanResult result = plan::plan(r);
@@ -201,35 +212,39 @@ void run_plan(const PlanFlags& f) {
     std::cout << "best: tessera train " << best.layout.train_flags() << " --batch-size "
               << r.workload.global_batch << " --seq-len " << r.workload.seq_len << " --precision "
               << nn::precision_name(r.workload.precision) << "\n";
-    // Checkpoints: the fp32 master and both moments, 12 bytes a parameter, every node writing
-    // its share (sharded saves) at --storage-gbps; the restart reads it back and relaunches.
-    const double ckpt_bytes = 12.0 * double(plan::parameter_count(r.workload.model));
-    const int nodes = cluster.nodes();
-    plan::FailureModel fm;
-    fm.node_failures_per_day = f.node_failure_rate;
-    fm.save_stall_s =
-        f.save_seconds >= 0 ? f.save_seconds : ckpt_bytes / (nodes * f.storage_gbps * 1e9);
-    fm.restart_s = f.restart_seconds >= 0 ? f.restart_seconds
-                                          : 120 + ckpt_bytes / (nodes * f.storage_gbps * 1e9);
-    const double run_s = best.days * 86400;
-    const plan::CheckpointEconomics e = plan::checkpoint_economics(nodes, fm, run_s);
-    char text[512];
-    std::snprintf(
-        text, sizeof text,
-        "checkpoints: %d nodes at %.3g failures per node-day fail every %.2f h; a %.0f GB "
-        "save stalls %.1f s%s, a restart takes %.0f s; save every %.1f min (Young), "
-        "%.1f min lost per failure, goodput %.1f%%",
-        nodes, f.node_failure_rate, e.mtbf_s / 3600, ckpt_bytes / 1e9, fm.save_stall_s,
-        f.save_seconds >= 0 ? " (given)" : " (sharded, at --storage-gbps per node)", fm.restart_s,
-        e.interval_s / 60, e.lost_per_failure_s / 60, 100 * e.goodput);
-    std::cout << text;
-    if (run_s > 0)
-      std::cout << str_cat(", ", int64_t(std::lround(e.failures)), " failures expected over the ",
-                           int64_t(std::lround(best.days)), " days");
-    std::cout << "\n";
+    // Checkpoints: the flags' figures, or what the calibration run measured, scaled to this
+    // model (economics.h).
+    plan::CheckpointInputs in;
+    in.node_failures_per_day = f.node_failure_rate;
+    in.storage_gbps = f.storage_gbps;
+    in.save_stall_s = f.save_seconds;
+    in.restart_s = f.restart_seconds;
+    if (calibration) {
+      const plan::Calibration& c = *calibration;
+      const double run_bytes = 12.0 * double(plan::parameter_count(c.workload.model));
+      std::string measured;
+      if (c.save_stall_s >= 0 && f.save_seconds < 0) {
+        // The run's stall per checkpoint byte on one node, for this model's share per node.
+        in.save_stall_s = c.save_stall_s / run_bytes * 12.0 *
+                          double(plan::parameter_count(r.workload.model)) / cluster.nodes();
+        measured = "save stall";
+      }
+      if (c.restart_s >= 0 && f.restart_seconds < 0) {
+        in.relaunch_s = c.restart_s;
+        measured += measured.empty() ? "relaunch" : " and relaunch";
+      }
+      if (!measured.empty()) in.source = str_cat(measured, " measured by ", c.run_dir);
+    }
+    if (f.save_seconds >= 0 || f.restart_seconds >= 0) in.source = "given";
+    checkpoints = plan::plan_checkpoints(plan::parameter_count(r.workload.model), cluster.nodes(),
+                                         best.days * 86400, in);
+    std::cout << plan::format_checkpoints(*checkpoints, best.days) << "\n";
   }
-  if (!f.json.empty())
-    write_file_atomic(f.json, plan::plan_to_json(r, result, f.top).dump(2) + "\n");
+  if (!f.json.empty()) {
+    nlohmann::json j = plan::plan_to_json(r, result, f.top);
+    if (checkpoints) j["checkpoints"] = plan::checkpoints_to_json(*checkpoints);
+    write_file_atomic(f.json, j.dump(2) + "\n");
+  }
   if (!f.svg.empty()) write_file_atomic(f.svg, plan::render_plan_svg(r, result));
 }
 
@@ -255,7 +270,8 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--global-batch", f->global_batch, "sequences per step (default: 4M tokens)");
   cmd->add_option("--batch-tokens", f->batch_tokens, "tokens per step, e.g. 4Mi (2^22)");
   cmd->add_option("--tokens", f->tokens, "tokens to train on, e.g. 2T (days and cost need it)");
-  cmd->add_option("--precision", f->precision, "bf16 (default), fp16 or fp32");
+  f->precision_option = cmd->add_option(
+      "--precision", f->precision, "bf16 (default; with --calibrate, the run's), fp16 or fp32");
   f->gpu_option = cmd->add_option(
       "--gpu", f->gpu, "GPU type(s), comma-separated (a100-40gb, a100-80gb, h100, h200, b200)");
   cmd->add_option("--gpus", f->gpus, "GPU count(s), comma-separated");
@@ -279,7 +295,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--fp8", f->fp8,
                 "time the GEMMs at the GPU's FP8 peak: what FP8 training would gain (Tessera "
                 "trains in bf16; refused on a GPU without FP8)");
-  cmd->add_option("--reserve-gb", f->reserve_gb, "GB per GPU kept for the runtime (default 2.5)");
+  f->reserve_option =
+      cmd->add_option("--reserve-gb", f->reserve_gb,
+                      "GB per GPU kept for the runtime (default 2.5; 0 on a calibrated CPU)");
   cmd->add_option(
       "--usable-memory", f->usable_memory,
       "the share of GPU memory a layout may fill (default 0.9: fragmentation headroom)");
