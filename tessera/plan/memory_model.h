@@ -21,7 +21,7 @@
 // the schedule's peak, plus the embedding's and head's own saves on the first and last stage.
 // Buffers are the transients on top: the larger of the logits' gradient and one block's
 // backward working set (one f-wide gradient, after its own saves rebuilt under full
-// recomputation), the activations a stage sends on (held until the step's end), the units gathered
+// recomputation), the in-flight chunks' outputs a pipeline stage keeps, the units gathered
 // under ZeRO-3, and a fixed runtime reserve (CUDA context, cuBLAS workspace, NCCL buffers) on
 // a GPU.
 
@@ -60,9 +60,9 @@ struct MemoryOptions {
   // never stores them): Korthikanti et al.'s 5 a s / h term per layer, kept without
   // recomputation and rebuilt one layer at a time under full recomputation.
   bool materialized_attention = false;
-  // Pipeline sends keep their tensors until the step's end (Tessera's executor waits for them
-  // there); false: each is released when its transfer completes (Megatron-LM).
-  bool sends_held_to_step_end = true;
+  // A pipeline stage keeps each in-flight chunk's output until its backward (Tessera's
+  // executor); false: an output's data is freed once sent (Megatron-LM).
+  bool outputs_held_until_backward = true;
 };
 
 struct MemoryEstimate {

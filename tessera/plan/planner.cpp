@@ -62,7 +62,7 @@ Candidate evaluate(const Workload& w, const Layout& l, const Cluster& cluster, i
   c.layout = l;
   MemoryOptions memory = r.memory;
   memory.materialized_attention = r.engine.materialized_attention;
-  memory.sends_held_to_step_end = r.engine.sends_held_to_step_end;
+  memory.outputs_held_until_backward = r.engine.outputs_held_until_backward;
   c.memory = estimate_memory(w, l, memory);
   c.time = estimate_time(w, l, cluster.gpu, r.engine);
   c.capacity_bytes = cluster.gpu.memory_gb * 1e9;

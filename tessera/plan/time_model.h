@@ -47,9 +47,9 @@ struct EngineProfile {
   // unit runs (DeepSpeed's ZeRO-3 as Narayanan et al. 2021 measured it).
   bool zero3_per_tensor = false;
   bool zero3_overlap = true;
-  // Memory (memory_model.h): the s x s scores in memory, and pipeline sends held until the
-  // step's end (Tessera's executor) rather than released as each completes.
-  bool sends_held_to_step_end = true;
+  // Memory (memory_model.h): in-flight chunks' outputs kept until their backward (Tessera's
+  // executor) or freed once sent (Megatron-LM's deallocate_output_tensor).
+  bool outputs_held_until_backward = true;
   int grad_comm_bytes = 4;     // bytes per gradient element on the wire (fp32)
   int param_gather_bytes = 4;  // ZeRO 1/2's post-update all-gather (fp32 master)
   // The GEMMs at the GPU's FP8 peak (at the same efficiency), everything else unchanged.
