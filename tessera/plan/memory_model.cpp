@@ -27,23 +27,6 @@ StageSlice chunk_slice(const nn::GPTConfig& m, const Layout& l, int pp_rank, int
   return {stage * per, per, stage == 0, stage == stages - 1};
 }
 
-struct BlockElements {
-  int64_t params = 0;
-};
-
-// One block's parameters on one tensor-parallel rank (block.cpp): two norms (replicated), the
-// fused qkv projection and the MLP's input projections split by rows, the output projections
-// by columns with their biases replicated.
-int64_t block_elements(const nn::GPTConfig& m, int tp) {
-  const int64_t h = m.n_embd, d = m.head_dim(), f = m.ffn_dim() / tp;
-  const int64_t norm = m.norm == nn::NormKind::layernorm && m.bias ? 2 * h : h;
-  const int64_t qkv = (m.n_head + 2 * m.n_kv_head) * d / tp;
-  int64_t n = 2 * norm + qkv * h + h * (h / tp);
-  n += m.mlp == nn::MlpKind::gelu ? 2 * h * f : 3 * h * f;
-  if (m.bias) n += qkv + h + (m.mlp == nn::MlpKind::gelu ? f + h : 2 * f + h);
-  return n;
-}
-
 }  // namespace
 
 std::vector<UnitElements> rank_units(const nn::GPTConfig& m, const Layout& l, int pp_rank) {
@@ -64,7 +47,7 @@ std::vector<UnitElements> rank_units(const nn::GPTConfig& m, const Layout& l, in
       units.push_back(u);
     }
     for (int64_t i = s.first; i < s.first + s.layers; ++i) {
-      const int64_t n = block_elements(m, l.tp);
+      const int64_t n = block_parameters(m, l.tp);
       units.push_back({str_cat("h.", i), n, 0, n});
     }
     if (s.head) {

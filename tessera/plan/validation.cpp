@@ -92,13 +92,7 @@ const Table2Source kTable2[] = {
     {"megatron-530b", "PTD-P", 2240, 2240, 280, 159, 42},
 };
 
-double block_params(const nn::GPTConfig& m) {
-  nn::GPTConfig one = m;
-  one.n_layer = 1;
-  nn::GPTConfig none = m;
-  none.n_layer = 0;
-  return double(parameter_count(one) - parameter_count(none));
-}
+double block_params(const nn::GPTConfig& m) { return double(block_parameters(m)); }
 
 }  // namespace
 

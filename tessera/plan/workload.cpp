@@ -159,14 +159,20 @@ nn::GPTConfig model_from_hf_config(const std::string& path) {
   return c;
 }
 
-int64_t parameter_count(const nn::GPTConfig& m) {
-  const int64_t h = m.n_embd, d = m.head_dim(), f = m.ffn_dim(), V = m.padded_vocab_size();
+int64_t block_parameters(const nn::GPTConfig& m, int tp) {
+  const int64_t h = m.n_embd, d = m.head_dim(), f = m.ffn_dim() / tp;
   const int64_t norm = m.norm == nn::NormKind::layernorm && m.bias ? 2 * h : h;
-  const int64_t qkv = (m.n_head + 2 * m.n_kv_head) * d;
-  int64_t block = 2 * norm + qkv * h + h * h;
-  block += m.mlp == nn::MlpKind::gelu ? 2 * h * f : 3 * h * f;
-  if (m.bias) block += qkv + h + (m.mlp == nn::MlpKind::gelu ? f + h : 2 * f + h);
-  int64_t total = m.n_layer * block + V * h + norm;
+  const int64_t qkv = (m.n_head + 2 * m.n_kv_head) * d / tp;
+  int64_t n = 2 * norm + qkv * h + h * (h / tp);
+  n += m.mlp == nn::MlpKind::gelu ? 2 * h * f : 3 * h * f;
+  if (m.bias) n += qkv + h + (m.mlp == nn::MlpKind::gelu ? f + h : 2 * f + h);
+  return n;
+}
+
+int64_t parameter_count(const nn::GPTConfig& m) {
+  const int64_t h = m.n_embd, V = m.padded_vocab_size();
+  const int64_t norm = m.norm == nn::NormKind::layernorm && m.bias ? 2 * h : h;
+  int64_t total = m.n_layer * block_parameters(m) + V * h + norm;
   if (m.position == nn::PositionKind::learned) total += m.block_size * h;
   if (!m.tie_embeddings) total += V * h;
   return total;

@@ -55,6 +55,10 @@ nn::GPTConfig model_from_hf_config(const std::string& path);
 
 // Total parameters of the single-process model (the padded vocabulary included).
 int64_t parameter_count(const nn::GPTConfig& model);
+// One block's parameters on one tensor-parallel rank of `tp` (block.cpp): two norms
+// (replicated), the fused qkv projection and the MLP's input projections split by rows, the
+// output projections by columns with their biases replicated.
+int64_t block_parameters(const nn::GPTConfig& model, int tp = 1);
 
 struct FlopsPerToken {
   double layers = 0;     // every block's GEMMs, one forward pass
