@@ -14,35 +14,99 @@
 
 namespace tessera::data {
 
+namespace {
+
+// spec's JSON when it is a tokenizer file, else null (a keyword or a folder).
+nlohmann::json read_tokenizer_json(const std::string& spec, std::string* text) {
+  *text = read_text_file(spec);
+  check_json_depth(*text, "tokenizer file " + spec);
+  try {
+    return nlohmann::json::parse(*text);
+  } catch (const nlohmann::json::exception& e) {
+    detail::throw_error("tokenizer file ", spec, " is not valid JSON: ", e.what());
+  }
+}
+
+// The vocabulary and merges files of a GPT-2 spec: a folder with OpenAI's encoder.json and
+// vocab.bpe or Hugging Face's vocab.json and merges.txt (the same formats), or either
+// vocabulary file with its partner beside it.
+std::pair<std::string, std::string> gpt2_files(const std::string& spec) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(spec, ec)) {
+    fs::path dir(spec);
+    for (auto [vocab, merges] :
+         {std::pair{"encoder.json", "vocab.bpe"}, std::pair{"vocab.json", "merges.txt"}})
+      if (fs::exists(dir / vocab) && fs::exists(dir / merges))
+        return {(dir / vocab).string(), (dir / merges).string()};
+    detail::throw_error("tokenizer: folder ", spec,
+                        " should hold GPT-2's encoder.json and vocab.bpe (or Hugging Face's "
+                        "vocab.json and merges.txt), but does not");
+  }
+  const fs::path p(spec);
+  const char* partner = p.filename() == "vocab.json" ? "merges.txt" : "vocab.bpe";
+  return {spec, (p.parent_path() / partner).string()};
+}
+
+}  // namespace
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   namespace fs = std::filesystem;
   if (spec == "byte") return std::make_unique<ByteTokenizer>();
   std::error_code ec;
   if (fs::is_directory(spec, ec)) {
-    fs::path dir(spec);
-    TESSERA_CHECK(fs::exists(dir / "encoder.json") && fs::exists(dir / "vocab.bpe"),
-                  "tokenizer: folder ", spec,
-                  " should hold GPT-2's encoder.json and vocab.bpe, but does not");
-    return std::make_unique<Gpt2Tokenizer>(Gpt2Tokenizer::load_dir(spec));
+    const auto [encoder, vocab] = gpt2_files(spec);
+    return std::make_unique<Gpt2Tokenizer>(Gpt2Tokenizer::load(encoder, vocab));
   }
   TESSERA_CHECK(fs::is_regular_file(spec, ec), "tokenizer: '", spec,
                 "' is not \"byte\", a tokenizer file or a folder with encoder.json and vocab.bpe");
-  std::string text = read_text_file(spec);
-  check_json_depth(text, "tokenizer file " + spec);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    detail::throw_error("tokenizer file ", spec, " is not valid JSON: ", e.what());
-  }
+  std::string text;
+  const nlohmann::json j = read_tokenizer_json(spec, &text);
   if (j.is_object() && j.contains("format"))
     return std::make_unique<BpeTokenizer>(BpeTokenizer::from_json(j, spec));
-  fs::path vocab = fs::path(spec).parent_path() / "vocab.bpe";
-  TESSERA_CHECK(j.is_object() && fs::exists(vocab), "tokenizer file ", spec,
+  const std::string merges = gpt2_files(spec).second;
+  TESSERA_CHECK(j.is_object() && fs::exists(merges), "tokenizer file ", spec,
                 " is neither a Tessera BPE file (with \"format\": \"tessera-bpe\") nor GPT-2's "
-                "encoder.json with vocab.bpe next to it");
+                "encoder.json with vocab.bpe next to it (or vocab.json with merges.txt)");
   return std::make_unique<Gpt2Tokenizer>(
-      Gpt2Tokenizer::parse(text, read_text_file(vocab.string()), spec, vocab.string()));
+      Gpt2Tokenizer::parse(text, read_text_file(merges), spec, merges));
+}
+
+nlohmann::json tokenizer_record(const std::string& spec) {
+  // Loading first checks the files and gives load_tokenizer's errors.
+  const std::unique_ptr<Tokenizer> tok = load_tokenizer(spec);
+  if (tok->kind() == "byte") return {{"kind", "byte"}};
+  if (tok->kind() == "bpe")
+    return {{"kind", "bpe"}, {"bpe", static_cast<const BpeTokenizer&>(*tok).to_json()}};
+  const auto [encoder, vocab] = gpt2_files(spec);
+  return {{"kind", "gpt2"},
+          {"encoder_json", read_text_file(encoder)},
+          {"vocab_bpe", read_text_file(vocab)}};
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer_record(const nlohmann::json& r,
+                                                 const std::string& source) {
+  TESSERA_CHECK(r.is_object() && r.contains("kind") && r["kind"].is_string(),
+                "tokenizer record in ", source, ": expected an object with a 'kind' string");
+  const std::string kind = r["kind"].get<std::string>();
+  auto text = [&](const char* key) -> const std::string& {
+    TESSERA_CHECK(r.contains(key) && r[key].is_string(), "tokenizer record in ", source, ": kind '",
+                  kind, "' needs a '", key, "' string");
+    return r[key].get_ref<const std::string&>();
+  };
+  if (kind == "byte") return std::make_unique<ByteTokenizer>();
+  if (kind == "bpe") {
+    TESSERA_CHECK(r.contains("bpe"), "tokenizer record in ", source, ": kind 'bpe' needs 'bpe'");
+    return std::make_unique<BpeTokenizer>(BpeTokenizer::from_json(r["bpe"], source));
+  }
+  if (kind == "gpt2") {
+    const std::string& encoder = text("encoder_json");
+    const std::string& merges = text("vocab_bpe");
+    return std::make_unique<Gpt2Tokenizer>(
+        Gpt2Tokenizer::parse(encoder, merges, source + " (encoder.json)", source + " (vocab.bpe)"));
+  }
+  detail::throw_error("tokenizer record in ", source, ": unknown kind '", kind,
+                      "' (byte, bpe or gpt2)");
 }
 
 }  // namespace tessera::data

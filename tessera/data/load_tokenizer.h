@@ -4,6 +4,8 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "tessera/data/tokenizer.h"
 
 namespace tessera::data {
@@ -11,8 +13,18 @@ namespace tessera::data {
 // spec is one of:
 //   "byte"                         the built-in byte tokenizer;
 //   a Tessera BPE JSON file        {"format": "tessera-bpe", ...} (BpeTokenizer::save);
-//   a folder with encoder.json and vocab.bpe, or the path of such an encoder.json: GPT-2's.
+//   a folder with encoder.json and vocab.bpe, or the path of such an encoder.json: GPT-2's;
+//   the same as Hugging Face names them, vocab.json and merges.txt.
 // Throws naming the path and what was expected when it is none of these.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
+
+// The tokenizer `spec` names as self-contained JSON, the files' contents included: what a
+// checkpoint records, so that the checkpoint (and its run directory) can be used from any
+// directory after it is moved or copied. {"kind": "byte"}, {"kind": "bpe", "bpe": <the BPE
+// file's object>} or {"kind": "gpt2", "encoder_json": <text>, "vocab_bpe": <text>}.
+nlohmann::json tokenizer_record(const std::string& spec);
+// The tokenizer of such a record; `source` names it in errors (unknown kind, missing field).
+std::unique_ptr<Tokenizer> load_tokenizer_record(const nlohmann::json& record,
+                                                 const std::string& source);
 
 }  // namespace tessera::data

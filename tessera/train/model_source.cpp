@@ -3,10 +3,11 @@
 #include <filesystem>
 
 #include "tessera/core/error.h"
+#include "tessera/data/load_tokenizer.h"
 #include "tessera/nn/io/checkpoint.h"
-#include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/nn/io/hf_gpt2.h"
 #include "tessera/nn/io/llmc.h"
+#include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/parallel/tp/detail/full_state.h"
 
 namespace tessera::train {
@@ -25,10 +26,10 @@ ModelSourceKind detect_model_source(const std::string& spec) {
     if (p.extension() == ".bin") return ModelSourceKind::llmc;
     if (p.extension() == ".safetensors") return ModelSourceKind::hf_gpt2;
   }
-  detail::throw_error("model: ", spec, " is neither a run directory (with checkpoints/), a ",
-                      "checkpoint directory (with state.json or manifest.json), Hugging Face GPT-2 ",
-                      "weights ",
-                      "(model.safetensors or its folder) nor an llm.c model .bin");
+  detail::throw_error(
+      "model: ", spec, " is neither a run directory (with checkpoints/), a ",
+      "checkpoint directory (with state.json or manifest.json), Hugging Face GPT-2 ", "weights ",
+      "(model.safetensors or its folder) nor an llm.c model .bin");
 }
 
 nn::StateDict import_weights(const std::string& spec, nn::GPTConfig* config, int64_t n_head) {
@@ -85,6 +86,30 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
   out.state = data.state;
   out.model = build_model(out.config, data.model, tp);
   return out;
+}
+
+std::unique_ptr<data::Tokenizer> model_tokenizer(const LoadedModel& m,
+                                                 const std::string& override_spec,
+                                                 const std::string& command) {
+  if (!override_spec.empty()) return data::load_tokenizer(override_spec);
+  if (m.state.is_object() && m.state.contains("tokenizer"))
+    return data::load_tokenizer_record(m.state["tokenizer"], m.path + "/state.json");
+  // Hugging Face weights with their tokenizer beside them (what `ckpt convert --to hf` writes).
+  if (m.kind == ModelSourceKind::hf_gpt2) {
+    const fs::path dir = fs::is_directory(m.path) ? fs::path(m.path) : fs::path(m.path).parent_path();
+    for (const char* vocab : {"vocab.json", "encoder.json"})
+      if (fs::exists(dir / vocab) && (fs::exists(dir / "merges.txt") || fs::exists(dir / "vocab.bpe")))
+        return data::load_tokenizer(dir.string());
+  }
+  TESSERA_CHECK(!m.tokenizer.empty(), command, ": --tokenizer is required for ", m.path,
+                " (it does not record one); for GPT-2 weights pass a folder with encoder.json and "
+                "vocab.bpe");
+  std::error_code ec;
+  TESSERA_CHECK(m.tokenizer == "byte" || std::filesystem::exists(m.tokenizer, ec), command, ": ",
+                m.path, " was trained with the tokenizer '", m.tokenizer,
+                "', which does not exist from here (the checkpoint predates checkpoints that carry "
+                "their tokenizer); pass --tokenizer");
+  return data::load_tokenizer(m.tokenizer);
 }
 
 }  // namespace tessera::train

@@ -1,8 +1,8 @@
 #include "tessera/train/trainer.h"
 
+#include <unistd.h>
 #include <chrono>
 #include <filesystem>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -15,10 +15,10 @@
 #include <thread>
 
 #include "tessera/core/allocator.h"
-#include "tessera/core/threads.h"
 #include "tessera/core/file_io.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
+#include "tessera/core/threads.h"
 #include "tessera/data/load_tokenizer.h"
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/nn/io/local_checkpoint.h"
@@ -50,18 +50,18 @@ template <class... Parts>
 
 // The layout options a single process cannot use: each is named when set.
 void refuse_layout_flags_on_one_process(const TrainOptions& o) {
-  const char* flag = o.zero != 0             ? "--zero"
-                     : o.microbatches != 1   ? "--microbatches"
-                     : o.schedule != "1f1b"  ? "--schedule"
-                     : o.virtual_stages != 1 ? "--virtual-stages"
-                     : o.sequence_parallel   ? "--sequence-parallel"
-                     : o.bucket_mb > 0       ? "--bucket-mb"
-                     : o.grad_compression != "none" ? "--grad-compression"
-                     : o.comm_timeout != TrainOptions().comm_timeout ? "--comm-timeout"
-                     : o.save_timeout != TrainOptions().save_timeout ? "--save-timeout"
-                     : o.dump_window != TrainOptions().dump_window   ? "--dump-window"
+  const char* flag = o.zero != 0                                           ? "--zero"
+                     : o.microbatches != 1                                 ? "--microbatches"
+                     : o.schedule != "1f1b"                                ? "--schedule"
+                     : o.virtual_stages != 1                               ? "--virtual-stages"
+                     : o.sequence_parallel                                 ? "--sequence-parallel"
+                     : o.bucket_mb > 0                                     ? "--bucket-mb"
+                     : o.grad_compression != "none"                        ? "--grad-compression"
+                     : o.comm_timeout != TrainOptions().comm_timeout       ? "--comm-timeout"
+                     : o.save_timeout != TrainOptions().save_timeout       ? "--save-timeout"
+                     : o.dump_window != TrainOptions().dump_window         ? "--dump-window"
                      : o.straggler_every != TrainOptions().straggler_every ? "--straggler-every"
-                                                                     : nullptr;
+                                                                           : nullptr;
   if (flag != nullptr)
     refuse(flag, " applies to a parallel layout (--dp/--tp/--pp under mpiexec); this run is one ",
            "process (dp 1, tp 1, pp 1), where it cannot apply");
@@ -145,8 +145,8 @@ void check_module_layout(const TrainOptions& o, int world_size, const char* why)
            " need the GPT's parallel hooks and the sharded AdamW "
            "(--optimizer adamw)");
   if (o.bucket_mb > 0)
-    refuse("--bucket-mb sizes the gradient buckets of the layout engine (--optimizer adamw); ",
-           why, " all-reduces each gradient once backward is done");
+    refuse("--bucket-mb sizes the gradient buckets of the layout engine (--optimizer adamw); ", why,
+           " all-reduces each gradient once backward is done");
   if (o.grad_compression != "none")
     refuse("--grad-compression ", o.grad_compression, " compresses the bucket reductions of the ",
            "layout engine (--optimizer adamw); ", why, " all-reduces fp32 gradients");
@@ -259,6 +259,7 @@ void Trainer::init_common() {
   if (world_->size() > 1 && world_->rank() == 0 && o.straggler_every > 0)
     stragglers_.emplace(StragglerOptions{.interval = o.straggler_every});
   tokenizer_ = data::load_tokenizer(o.tokenizer);
+  tokenizer_record_ = data::tokenizer_record(o.tokenizer);
   const int threads = num_threads();
   if (o.peak_gflops > 0) {
     peak_gflops_ = o.peak_gflops;
@@ -377,20 +378,23 @@ bool Trainer::resume_from_local(int64_t durable_step) {
     nlohmann::json scalars = local.state.value("optimizer", nlohmann::json::object());
     engine_->load_local_state({std::move(local.tensors), scalars});
     restore_progress(local.state, local.step, local.dir);
-    local_note_ = str_cat("resuming from the node-local tier (every rank holds step ", oldest,
-                          "; the durable tier's newest is ",
-                          durable_step < 0 ? std::string("none") : std::to_string(durable_step),
-                          ")\n");
+    local_note_ =
+        str_cat("resuming from the node-local tier (every rank holds step ", oldest,
+                "; the durable tier's newest is ",
+                durable_step < 0 ? std::string("none") : std::to_string(durable_step), ")\n");
     return true;
   }
   const bool refused = !why.empty() && !why.starts_with("no local checkpoint");
   if (newest > durable_step || refused)
-    local_note_ = str_cat("not resuming from the node-local tier: the ranks' newest sets are of ",
-                          "steps ", oldest, " to ", newest, " (-1: none usable), and no step newer ",
-                          "than the durable tier's is held by every rank; rank ", world_->rank(),
-                          ": ", held.empty() ? why : str_cat("steps held ", held.front(),
-                          held.size() > 1 ? str_cat(", ", held[1]) : std::string(),
-                          why.empty() ? std::string() : "; " + why), "\n");
+    local_note_ =
+        str_cat("not resuming from the node-local tier: the ranks' newest sets are of ", "steps ",
+                oldest, " to ", newest, " (-1: none usable), and no step newer ",
+                "than the durable tier's is held by every rank; rank ", world_->rank(), ": ",
+                held.empty() ? why
+                             : str_cat("steps held ", held.front(),
+                                       held.size() > 1 ? str_cat(", ", held[1]) : std::string(),
+                                       why.empty() ? std::string() : "; " + why),
+                "\n");
   return false;
 }
 
@@ -398,7 +402,7 @@ std::string Trainer::save_local() {
   const nn::CheckpointWriter::Snapshot snapshot = begin_snapshot();
   LocalState live = engine_->local_state();
   const nlohmann::json fingerprint = local_fingerprint(live);
-  const nlohmann::json state = checkpoint_state(live.optimizer_scalars);
+  const nlohmann::json state = checkpoint_state(live.optimizer_scalars, /*durable=*/false);
   return writer_->save_local(nn::local_rank_dir(local_dir(), world_->rank()), step_,
                              std::move(live.tensors), fingerprint, state, snapshot);
 }
@@ -420,8 +424,7 @@ std::vector<RankMetrics> Trainer::gather_rank_metrics(const EngineStep& s,
       {s.comm_seconds * 1e3, double(s.comm_bytes), double(s.memory.parameters),
        double(s.memory.gradients), double(s.memory.optimizer_state), double(s.memory.activations),
        double(device.live_bytes), double(device.peak_bytes), double(s.memory.offloaded),
-       phases.data_ms, phases.forward_ms, phases.backward_ms, phases.optimizer_ms,
-       phases.step_ms},
+       phases.data_ms, phases.forward_ms, phases.backward_ms, phases.optimizer_ms, phases.step_ms},
       Shape{kFields});
   Tensor all = zeros(Shape{world_->size() * kFields}, DType::f64);
   world_->all_gather(mine, all);
@@ -429,9 +432,11 @@ std::vector<RankMetrics> Trainer::gather_rank_metrics(const EngineStep& s,
   std::vector<RankMetrics> ranks(size_t(world_->size()));
   for (size_t r = 0; r < ranks.size(); ++r) {
     const double* f = v.data() + r * kFields;
-    ranks[r] = {f[0],          int64_t(f[1]), int64_t(f[2]), int64_t(f[3]), int64_t(f[4]),
-                int64_t(f[5]), int64_t(f[6]), int64_t(f[7]), int64_t(f[8]),
-                PhaseTimes{f[9], f[10], f[11], f[12], f[13]}};
+    ranks[r] = {f[0],          int64_t(f[1]),
+                int64_t(f[2]), int64_t(f[3]),
+                int64_t(f[4]), int64_t(f[5]),
+                int64_t(f[6]), int64_t(f[7]),
+                int64_t(f[8]), PhaseTimes{f[9], f[10], f[11], f[12], f[13]}};
   }
   return ranks;
 }
@@ -451,15 +456,16 @@ StepMetrics Trainer::step() {
   snapshot_wait_s_ = 0;
   const auto t1 = std::chrono::steady_clock::now();
   if (planted && planted_phase_ == "compute")  // busy, as a slower device would be
-    while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1)
-               .count() < planted_ms_) {
+    while (
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count() <
+        planted_ms_) {
     }
   const EngineStep s = engine_->step(rows.inputs, rows.targets);
   ++step_;
   PhaseTimes phases;
   phases.data_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
-  phases.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1)
-                       .count();
+  phases.step_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
   phases.forward_ms = s.forward_seconds * 1e3;
   phases.backward_ms = s.backward_seconds * 1e3;
   phases.optimizer_ms = s.optimizer_seconds * 1e3;
@@ -511,7 +517,8 @@ void Trainer::wait_for_save() {
   if (writer_) writer_->wait();
 }
 
-nlohmann::json Trainer::checkpoint_state(const nlohmann::json& optimizer_scalars) const {
+nlohmann::json Trainer::checkpoint_state(const nlohmann::json& optimizer_scalars,
+                                         bool durable) const {
   nlohmann::json state = {{"options", options_.to_json()},
                           {"optimizer", optimizer_scalars},
                           {"loader", train_->state().to_json()},
@@ -521,6 +528,7 @@ nlohmann::json Trainer::checkpoint_state(const nlohmann::json& optimizer_scalars
   if (!custom_model_) state["model_config"] = config_.to_json();
   const nlohmann::json layout = engine_->layout_json();
   if (!layout.empty()) state["parallel"] = layout;
+  if (durable) state["tokenizer"] = tokenizer_record_;
   return state;
 }
 
@@ -538,7 +546,7 @@ std::string Trainer::save(bool wait) {
     data.step = step_;
     data.model = std::move(model);
     data.optimizer = std::move(optimizer.tensors);
-    data.state = checkpoint_state(optimizer.scalars);
+    data.state = checkpoint_state(optimizer.scalars, /*durable=*/true);
     if (wait) {
       wait_for_save();  // in step order, after any background save
       nn::save_checkpoint(options_.run_dir, data, options_.keep_checkpoints);
@@ -596,7 +604,7 @@ std::string Trainer::save_sharded(bool wait) {
   job.nonce = nn::checkpoint_nonce((uint64_t(halves[0]) << 32) | uint64_t(halves[1]));
   job.pieces = std::move(owned.pieces);
   if (rank0) {
-    job.state = checkpoint_state(owned.optimizer_scalars);
+    job.state = checkpoint_state(owned.optimizer_scalars, /*durable=*/true);
     job.keep = options_.keep_checkpoints;
     job.publish_timeout = allow;
   }
@@ -717,7 +725,8 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
     const bool stopping = agree_on_stop(stop);
     const bool durable =
         (o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0) || done() || stopping;
-    const bool local = !durable && o.checkpoint_every_local > 0 && m.step % o.checkpoint_every_local == 0;
+    const bool local =
+        !durable && o.checkpoint_every_local > 0 && m.step % o.checkpoint_every_local == 0;
     if (durable || local) {
       beat("save", save_allow);
       const auto t0 = std::chrono::steady_clock::now();
@@ -725,7 +734,8 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
         result.checkpoint = save(o.sync_save);
       else
         save_local();
-      const double stall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double stall =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       beat("saved");
       m.checkpoint_ms = stall * 1e3;
       // What the loop spent in the save on rank 0, and what the snapshot copied beyond the
@@ -733,13 +743,16 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
       const bool gathered = durable && !sharded_checkpoints();
       const bool streamed = !gathered && stream_snapshots();
       if (rank0)
-        saves->append({{"step", m.step},
-                       {"tier", durable ? "durable" : "local"},
-                       {"stall_ms", stall * 1e3},
-                       {"format", local ? "local" : gathered ? "gathered" : "sharded"},
-                       {"snapshot", streamed ? "stream" : "copy"},
-                       {"snapshot_bytes", gathered && o.sync_save ? 0 : writer_->last_snapshot_bytes()},
-                       {"sync", durable && o.sync_save}});
+        saves->append(
+            {{"step", m.step},
+             {"tier", durable ? "durable" : "local"},
+             {"stall_ms", stall * 1e3},
+             {"format", local      ? "local"
+                        : gathered ? "gathered"
+                                   : "sharded"},
+             {"snapshot", streamed ? "stream" : "copy"},
+             {"snapshot_bytes", gathered && o.sync_save ? 0 : writer_->last_snapshot_bytes()},
+             {"sync", durable && o.sync_save}});
     }
     // The step's record once its save (if any) is done: it carries the save's stall.
     if (rank0) {
@@ -749,7 +762,8 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
     if (stopping && !done()) {
       result.interrupted = true;
       if (out != nullptr && rank0)
-        *out << (live_progress_ ? kClearLine : "") << "interrupted after step " << m.step << ": checkpoint saved to " << result.checkpoint
+        *out << (live_progress_ ? kClearLine : "") << "interrupted after step " << m.step
+             << ": checkpoint saved to " << result.checkpoint
              << "; run the same command to resume\n";
       break;
     }

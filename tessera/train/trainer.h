@@ -53,13 +53,13 @@
 #include "tessera/data/loader.h"
 #include "tessera/data/tokenizer.h"
 #include "tessera/nn/gpt.h"
+#include "tessera/nn/io/checkpoint_writer.h"
 #include "tessera/parallel/comm/communicator.h"
+#include "tessera/train/heartbeat.h"
 #include "tessera/train/metrics.h"
 #include "tessera/train/module_engine.h"
 #include "tessera/train/options.h"
 #include "tessera/train/run_setup.h"
-#include "tessera/nn/io/checkpoint_writer.h"
-#include "tessera/train/heartbeat.h"
 #include "tessera/train/step_engine.h"
 #include "tessera/train/stragglers.h"
 
@@ -168,7 +168,9 @@ class Trainer {
   std::vector<RankMetrics> gather_rank_metrics(const EngineStep& s, const PhaseTimes& phases);
   bool agree_on_stop(const std::atomic<bool>* stop);
   // What a checkpoint's state.json (or manifest) holds besides the tensors.
-  nlohmann::json checkpoint_state(const nlohmann::json& optimizer_scalars) const;
+  // `durable`: a checkpoint another directory may load, which carries the tokenizer itself
+  // (data::tokenizer_record); a node-local set, read only by this run, does not.
+  nlohmann::json checkpoint_state(const nlohmann::json& optimizer_scalars, bool durable) const;
   bool sharded_checkpoints() const;
   std::string save_sharded(bool wait);
   // Whether saves stream from the live state (--checkpoint-snapshot); and, before a save, the
@@ -189,6 +191,7 @@ class Trainer {
   std::shared_ptr<parallel::Communicator> world_;
   Device device_ = Device::cpu();
   std::unique_ptr<data::Tokenizer> tokenizer_;
+  nlohmann::json tokenizer_record_;  // tokenizer_ as a checkpoint records it
   nn::GPTConfig config_;
   std::unique_ptr<StepEngine> engine_;
   std::unique_ptr<data::DataLoader> train_, val_;
@@ -200,8 +203,8 @@ class Trainer {
   bool custom_model_ = false;
   std::shared_ptr<Heartbeat> heartbeat_;
   std::unique_ptr<parallel::FlightWatch> flight_watch_;
-  std::optional<StragglerDetector> stragglers_;  // rank 0 of several
-  std::unique_ptr<parallel::StepTrace> trace_;  // while the traced steps run
+  std::optional<StragglerDetector> stragglers_;     // rank 0 of several
+  std::unique_ptr<parallel::StepTrace> trace_;      // while the traced steps run
   std::pair<int64_t, int64_t> trace_range_{0, -1};  // options_.trace_range(), parsed once
   std::string planted_phase_;
   double planted_ms_ = 0;

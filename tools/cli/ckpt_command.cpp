@@ -6,6 +6,8 @@
 
 #include "cli/commands.h"
 #include "cli/live_line.h"
+#include "tessera/data/hf_tokenizer.h"
+#include "tessera/data/load_tokenizer.h"
 #include "tessera/tessera.h"
 #include "tessera/train/detail/model_source.h"
 
@@ -71,8 +73,7 @@ void convert_training(const std::string& spec, const std::string& to, const std:
       to == "gathered"
           ? nn::save_checkpoint(output, in.data)
           : nn::save_sharded_checkpoint(output, in.data, int(shards), 0, [&](int done, int all) {
-              line.update(str_cat("ckpt: wrote shard ", done, "/", all, " of step ",
-                                  in.data.step),
+              line.update(str_cat("ckpt: wrote shard ", done, "/", all, " of step ", in.data.step),
                           /*force=*/done == all);
             });
   line.finish();
@@ -96,11 +97,25 @@ void convert(const std::string& spec, const std::string& to, const std::string& 
   line.update(str_cat("ckpt: reading ", spec), /*force=*/true);
   LoadedModel m = load_model(spec, n_head);
   nn::StateDict weights = m.model->state_dict();
-  line.update(str_cat("ckpt: writing ", to, " (", m.model->num_parameters(), " parameters) to ",
-                      output),
-              true);
+  line.update(
+      str_cat("ckpt: writing ", to, " (", m.model->num_parameters(), " parameters) to ", output),
+      true);
   if (to == "hf") {
-    nn::export_hf_gpt2(output, weights, m.config);
+    // The tokenizer beside the weights, its end-of-text id in config.json: the folder is then
+    // what AutoTokenizer and AutoModelForCausalLM load. A source with no tokenizer (HF or llm.c
+    // weights given alone) exports the weights only.
+    std::unique_ptr<data::Tokenizer> tok;
+    nlohmann::json record;
+    if (m.state.is_object() && m.state.contains("tokenizer")) {
+      record = m.state["tokenizer"];
+      tok = data::load_tokenizer_record(record, m.path);
+    } else if (!m.tokenizer.empty() &&
+               (m.tokenizer == "byte" || std::filesystem::exists(m.tokenizer))) {
+      record = data::tokenizer_record(m.tokenizer);
+      tok = data::load_tokenizer_record(record, m.tokenizer);
+    }
+    nn::export_hf_gpt2(output, weights, m.config, tok ? tok->eot_id() : -1);
+    if (tok) data::write_hf_tokenizer(output, record);
   } else if (to == "llmc") {
     nn::export_llmc_gpt2(output, weights, m.config,
                          bf16 ? nn::LlmcPrecision::bf16 : nn::LlmcPrecision::fp32);

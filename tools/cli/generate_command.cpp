@@ -59,11 +59,8 @@ std::shared_ptr<parallel::tp::TensorParallel> make_tp_group(int tp) {
 
 void generate_on_rank(const GenerateFlags& f, bool prints) {
   LoadedModel loaded = load_model(f.model, f.n_head, make_tp_group(f.tp));
-  std::string tok_spec = !f.tokenizer.empty() ? f.tokenizer : loaded.tokenizer;
-  TESSERA_CHECK(!tok_spec.empty(), "generate: --tokenizer is required for ", f.model,
-                " (it does not record one); for GPT-2 weights pass a folder with encoder.json and "
-                "vocab.bpe");
-  std::unique_ptr<data::Tokenizer> tokenizer = data::load_tokenizer(tok_spec);
+  std::unique_ptr<data::Tokenizer> tokenizer =
+      train::model_tokenizer(loaded, f.tokenizer, "generate");
   TESSERA_CHECK(tokenizer->vocab_size() <= loaded.config.vocab_size, "generate: the tokenizer has ",
                 tokenizer->vocab_size(), " ids but the model's vocab_size is ",
                 loaded.config.vocab_size);

@@ -273,10 +273,15 @@ nlohmann::json hf_gpt2_config(const GPTConfig& config) {
   return j;
 }
 
-void export_hf_gpt2(const std::string& dir, const StateDict& model, const GPTConfig& config) {
+void export_hf_gpt2(const std::string& dir, const StateDict& model, const GPTConfig& config,
+                    int64_t eot_id) {
   namespace fs = std::filesystem;
+  TESSERA_CHECK(eot_id >= -1 && eot_id < config.vocab_size, "export_hf_gpt2: end-of-text id ",
+                eot_id, " is outside the vocabulary of ", config.vocab_size);
   StateDict hf = tessera_to_hf_gpt2(model, config);
-  const std::string cfg_text = hf_gpt2_config(config).dump(2) + "\n";
+  nlohmann::json cfg = hf_gpt2_config(config);
+  if (eot_id >= 0) cfg["bos_token_id"] = cfg["eos_token_id"] = eot_id;
+  const std::string cfg_text = cfg.dump(2) + "\n";
   std::error_code ec;
   fs::create_directories(dir, ec);
   TESSERA_CHECK(!ec, "export_hf_gpt2: cannot create directory ", dir, ": ", ec.message());

@@ -46,7 +46,10 @@ StateDict tessera_to_hf_gpt2(const StateDict& model, const GPTConfig& config);
 nlohmann::json hf_gpt2_config(const GPTConfig& config);
 
 // Writes <dir>/model.safetensors (metadata format=pt, as transformers requires) and
-// <dir>/config.json, each atomically; creates dir if needed.
-void export_hf_gpt2(const std::string& dir, const StateDict& model, const GPTConfig& config);
+// <dir>/config.json, each atomically; creates dir if needed. `eot_id`, the tokenizer's
+// end-of-text id, becomes bos_token_id and eos_token_id (-1: left out, unless the vocabulary is
+// GPT-2's, whose 50256 is written; transformers would otherwise assume 50256 for any model).
+void export_hf_gpt2(const std::string& dir, const StateDict& model, const GPTConfig& config,
+                    int64_t eot_id = -1);
 
 }  // namespace tessera::nn

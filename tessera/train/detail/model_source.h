@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/data/tokenizer.h"
 #include "tessera/nn/gpt.h"
 
 namespace tessera::train {
@@ -33,6 +34,17 @@ ModelSourceKind detect_model_source(const std::string& spec);
 // (no communication); a config whose heads or MLP width tp does not divide throws naming them.
 LoadedModel load_model(const std::string& spec, int64_t n_head = 0,
                        std::shared_ptr<nn::TensorParallelOps> tp = nullptr);
+// The tokenizer to use with a loaded model: `override_spec` when given (--tokenizer); else the
+// one the checkpoint carries (state["tokenizer"], data::tokenizer_record), which needs no file
+// and so works wherever the run or checkpoint was moved; for Hugging Face weights, the
+// tokenizer files in their folder (vocab.json and merges.txt); else, for checkpoints written before
+// they carried one, the path training recorded. Throws in one line naming `command`, the
+// checkpoint and what to pass when there is none, or when the recorded path does not exist
+// from here.
+std::unique_ptr<data::Tokenizer> model_tokenizer(const LoadedModel& model,
+                                                 const std::string& override_spec,
+                                                 const std::string& command);
+
 // The weights of an HF or llm.c file with the config they imply (no model built).
 nn::StateDict import_weights(const std::string& spec, nn::GPTConfig* config, int64_t n_head = 0);
 
