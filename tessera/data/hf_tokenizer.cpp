@@ -56,6 +56,25 @@ ByteLevelBpe from_byte() {
   return b;
 }
 
+// special_tokens_map.json and tokenizer_config.json: the end-of-text token is GPT-2's bos, eos
+// and unk; other specials are additional special tokens.
+void write_special_files(const std::string& dir, const std::string& eot,
+                         const std::vector<std::string>& specials) {
+  const nlohmann::json map = {{"bos_token", eot}, {"eos_token", eot}, {"unk_token", eot}};
+  nlohmann::json config = {{"tokenizer_class", "GPT2Tokenizer"},
+                           {"model_max_length", 1 << 20},
+                           {"add_prefix_space", false},
+                           {"bos_token", eot},
+                           {"eos_token", eot},
+                           {"unk_token", eot}};
+  nlohmann::json extra = nlohmann::json::array();
+  for (const std::string& s : specials)
+    if (s != eot) extra.push_back(s);
+  if (!extra.empty()) config["additional_special_tokens"] = extra;
+  write_file_atomic(dir + "/special_tokens_map.json", map.dump(2) + "\n");
+  write_file_atomic(dir + "/tokenizer_config.json", config.dump(2) + "\n");
+}
+
 void write_files(const std::string& dir, const ByteLevelBpe& b) {
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   std::map<std::string, int32_t> seen;
@@ -68,25 +87,10 @@ void write_files(const std::string& dir, const ByteLevelBpe& b) {
   std::string merges = "#version: 0.2\n";
   for (const auto& [left, right] : b.merges)
     merges += b.tokens[size_t(left)] + " " + b.tokens[size_t(right)] + "\n";
-  const nlohmann::json specials = {
-      {"bos_token", b.eot}, {"eos_token", b.eot}, {"unk_token", b.eot}};
-  nlohmann::json config = {{"tokenizer_class", "GPT2Tokenizer"},
-                           {"model_max_length", 1 << 20},
-                           {"add_prefix_space", false},
-                           {"bos_token", b.eot},
-                           {"eos_token", b.eot},
-                           {"unk_token", b.eot}};
-  if (b.specials.size() > 1) {
-    nlohmann::json extra = nlohmann::json::array();
-    for (const std::string& s : b.specials)
-      if (s != b.eot) extra.push_back(s);
-    config["additional_special_tokens"] = extra;
-  }
   std::filesystem::create_directories(dir);
   write_file_atomic(dir + "/vocab.json", vocab.dump() + "\n");
   write_file_atomic(dir + "/merges.txt", merges);
-  write_file_atomic(dir + "/special_tokens_map.json", specials.dump(2) + "\n");
-  write_file_atomic(dir + "/tokenizer_config.json", config.dump(2) + "\n");
+  write_special_files(dir, b.eot, b.specials);
 }
 
 }  // namespace
@@ -94,22 +98,10 @@ void write_files(const std::string& dir, const ByteLevelBpe& b) {
 void write_hf_tokenizer(const std::string& dir, const nlohmann::json& record) {
   const std::unique_ptr<Tokenizer> tok = load_tokenizer_record(record, "the checkpoint");
   if (tok->kind() == "gpt2") {  // GPT-2's own files are Hugging Face's already
-    ByteLevelBpe b;
-    b.eot = std::string(kEndOfText);
     std::filesystem::create_directories(dir);
     write_file_atomic(dir + "/vocab.json", record["encoder_json"].get<std::string>());
     write_file_atomic(dir + "/merges.txt", record["vocab_bpe"].get<std::string>());
-    const nlohmann::json specials = {
-        {"bos_token", b.eot}, {"eos_token", b.eot}, {"unk_token", b.eot}};
-    write_file_atomic(dir + "/special_tokens_map.json", specials.dump(2) + "\n");
-    write_file_atomic(dir + "/tokenizer_config.json",
-                      nlohmann::json({{"tokenizer_class", "GPT2Tokenizer"},
-                                      {"model_max_length", 1024},
-                                      {"bos_token", b.eot},
-                                      {"eos_token", b.eot},
-                                      {"unk_token", b.eot}})
-                              .dump(2) +
-                          "\n");
+    write_special_files(dir, std::string(kEndOfText), {});
     return;
   }
   write_files(
