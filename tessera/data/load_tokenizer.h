@@ -14,7 +14,9 @@ namespace tessera::data {
 //   "byte"                         the built-in byte tokenizer;
 //   a Tessera BPE JSON file        {"format": "tessera-bpe", ...} (BpeTokenizer::save);
 //   a folder with encoder.json and vocab.bpe, or the path of such an encoder.json: GPT-2's;
-//   the same as Hugging Face names them, vocab.json and merges.txt.
+//   the same as Hugging Face names them, vocab.json and merges.txt;
+//   a Hugging Face tokenizer.json (or a folder with one) of a byte-level BPE under GPT-2's
+//   pre-tokenizer; other pre-tokenizers and normalizers are refused naming the field.
 // Throws naming the path and what was expected when it is none of these.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
 

@@ -11,6 +11,7 @@
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/nn/io/hf_gpt2.h"
+#include "tessera/nn/io/hf_llama.h"
 #include "tessera/nn/io/llmc.h"
 #include "tessera/nn/io/safetensors.h"
 #include "tessera/nn/layers.h"

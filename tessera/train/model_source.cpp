@@ -3,9 +3,12 @@
 #include <filesystem>
 
 #include "tessera/core/error.h"
+#include "tessera/core/file_io.h"
+#include "tessera/core/json_depth.h"
 #include "tessera/data/load_tokenizer.h"
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/nn/io/hf_gpt2.h"
+#include "tessera/nn/io/hf_llama.h"
 #include "tessera/nn/io/llmc.h"
 #include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/parallel/tp/detail/full_state.h"
@@ -14,6 +17,23 @@ namespace tessera::train {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// Whether the config.json in `dir` describes a Llama-style model.
+bool llama_config_in(const fs::path& dir) {
+  const fs::path cfg = dir / "config.json";
+  if (!fs::is_regular_file(cfg)) return false;
+  const std::string text = read_text_file(cfg.string());
+  check_json_depth(text, cfg.string());
+  try {
+    return nn::is_hf_llama_config(nlohmann::json::parse(text));
+  } catch (const nlohmann::json::exception& e) {
+    detail::throw_error(cfg.string(), ": not valid JSON: ", e.what());
+  }
+}
+
+}  // namespace
+
 ModelSourceKind detect_model_source(const std::string& spec) {
   fs::path p(spec);
   TESSERA_CHECK(fs::exists(p), "model: ", spec, " does not exist");
@@ -21,20 +41,29 @@ ModelSourceKind detect_model_source(const std::string& spec) {
     if (fs::exists(p / "checkpoints")) return ModelSourceKind::run_dir;
     if (fs::exists(p / "state.json") || nn::is_sharded_checkpoint(spec))
       return ModelSourceKind::checkpoint;
-    if (fs::exists(p / "model.safetensors")) return ModelSourceKind::hf_gpt2;
+    const bool weights =
+        fs::exists(p / "model.safetensors") || fs::exists(p / "model.safetensors.index.json");
+    if (weights) return llama_config_in(p) ? ModelSourceKind::hf_llama : ModelSourceKind::hf_gpt2;
   } else {
     if (p.extension() == ".bin") return ModelSourceKind::llmc;
-    if (p.extension() == ".safetensors") return ModelSourceKind::hf_gpt2;
+    if (p.extension() == ".safetensors")
+      return llama_config_in(p.parent_path()) ? ModelSourceKind::hf_llama
+                                              : ModelSourceKind::hf_gpt2;
   }
   detail::throw_error(
       "model: ", spec, " is neither a run directory (with checkpoints/), a ",
-      "checkpoint directory (with state.json or manifest.json), Hugging Face GPT-2 ", "weights ",
-      "(model.safetensors or its folder) nor an llm.c model .bin");
+      "checkpoint directory (with state.json or manifest.json), Hugging Face GPT-2 or Llama ",
+      "weights (model.safetensors or its folder) nor an llm.c model .bin");
 }
 
 nn::StateDict import_weights(const std::string& spec, nn::GPTConfig* config, int64_t n_head) {
   ModelSourceKind kind = detect_model_source(spec);
   if (kind == ModelSourceKind::llmc) return nn::import_llmc_gpt2(spec, config);
+  if (kind == ModelSourceKind::hf_llama) {
+    TESSERA_CHECK(n_head == 0, "model: ", spec, " is a Llama model, whose config.json gives its ",
+                  "heads: --n-head does not apply");
+    return nn::import_hf_llama(spec, config);
+  }
   TESSERA_CHECK(kind == ModelSourceKind::hf_gpt2, "model: ", spec,
                 " is a Tessera run or checkpoint, not HF or llm.c weights");
   nn::HfGpt2Options options;
@@ -66,7 +95,8 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
   LoadedModel out;
   out.kind = detect_model_source(spec);
   out.path = spec;
-  if (out.kind == ModelSourceKind::hf_gpt2 || out.kind == ModelSourceKind::llmc) {
+  if (out.kind == ModelSourceKind::hf_gpt2 || out.kind == ModelSourceKind::hf_llama ||
+      out.kind == ModelSourceKind::llmc) {
     nn::StateDict weights = import_weights(spec, &out.config, n_head);
     out.model = build_model(out.config, weights, tp);
     return out;
@@ -94,12 +124,14 @@ std::unique_ptr<data::Tokenizer> model_tokenizer(const LoadedModel& m,
   if (!override_spec.empty()) return data::load_tokenizer(override_spec);
   if (m.state.is_object() && m.state.contains("tokenizer"))
     return data::load_tokenizer_record(m.state["tokenizer"], m.path + "/state.json");
-  // Hugging Face weights with their tokenizer beside them (what `ckpt convert --to hf` writes).
-  if (m.kind == ModelSourceKind::hf_gpt2) {
-    const fs::path dir = fs::is_directory(m.path) ? fs::path(m.path) : fs::path(m.path).parent_path();
-    for (const char* vocab : {"vocab.json", "encoder.json"})
-      if (fs::exists(dir / vocab) && (fs::exists(dir / "merges.txt") || fs::exists(dir / "vocab.bpe")))
-        return data::load_tokenizer(dir.string());
+  // Hugging Face weights with their tokenizer beside them (what `ckpt convert --to hf` writes,
+  // or a tokenizer.json).
+  if (m.kind == ModelSourceKind::hf_gpt2 || m.kind == ModelSourceKind::hf_llama) {
+    const fs::path dir =
+        fs::is_directory(m.path) ? fs::path(m.path) : fs::path(m.path).parent_path();
+    const bool pair = (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) ||
+                      (fs::exists(dir / "encoder.json") && fs::exists(dir / "vocab.bpe"));
+    if (pair || fs::exists(dir / "tokenizer.json")) return data::load_tokenizer(dir.string());
   }
   TESSERA_CHECK(!m.tokenizer.empty(), command, ": --tokenizer is required for ", m.path,
                 " (it does not record one); for GPT-2 weights pass a folder with encoder.json and "

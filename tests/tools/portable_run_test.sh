@@ -53,4 +53,18 @@ hf=$("$tessera" generate --model "$dir/b/moved" --tokenizer "$dir/hf" --prompt "
 exported=$("$tessera" generate --model "$dir/hf" --prompt "line 3" --max-new-tokens 8 --seed 5 \
            2>"$dir/err") || fail "generate from the exported folder: $(cat "$dir/err")"
 [ "$exported" = "$before" ] || fail "the exported folder samples '$exported', not '$before'"
-echo "portable_run_test: a moved run, a checkpoint copied alone and the HF export sample the same tokens"
+# A Llama-style run exports as LlamaForCausalLM (import_hf_llama reads it back) and samples
+# the same greedy tokens from the exported folder.
+cd "$dir/elsewhere" && mkdir -p text && cp "$dir/a/text/corpus.txt" text/ || fail "llama setup"
+"$tessera" prepare --input text --output data --tokenizer byte >/dev/null || fail "llama prepare"
+"$tessera" train --train-data "data/data_train_*.bin" --tokenizer byte --run-dir llama \
+  --model '{"preset": "llama-tiny", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "n_embd": 32, "block_size": 32}' \
+  --batch-size 4 --seq-len 32 --max-steps 3 --log-every 3 --threads 1 --sample-tokens 0 \
+  >"$dir/llama.log" 2>&1 || { cat "$dir/llama.log" >&2; fail "llama train"; }
+"$tessera" ckpt convert llama --to hf --output llama_hf >/dev/null || fail "llama export"
+grep -q '"model_type": "llama"' llama_hf/config.json || fail "the export is not a Llama config"
+run=$("$tessera" generate --model llama --prompt "line 3" --max-new-tokens 8 --temperature 0 2>/dev/null)
+exported=$("$tessera" generate --model llama_hf --prompt "line 3" --max-new-tokens 8 --temperature 0 \
+           2>"$dir/err") || fail "generate from the Llama export: $(cat "$dir/err")"
+[ "$run" = "$exported" ] || fail "the Llama export samples other tokens"
+echo "portable_run_test: a moved run, a checkpoint copied alone and the GPT-2 and Llama exports sample the same tokens"

@@ -8,6 +8,7 @@
 #include "cli/live_line.h"
 #include "tessera/data/hf_tokenizer.h"
 #include "tessera/data/load_tokenizer.h"
+#include "tessera/nn/io/hf_llama.h"
 #include "tessera/tessera.h"
 #include "tessera/train/detail/model_source.h"
 
@@ -27,6 +28,8 @@ const char* kind_name(ModelSourceKind k) {
       return "checkpoint";
     case ModelSourceKind::hf_gpt2:
       return "Hugging Face GPT-2 weights";
+    case ModelSourceKind::hf_llama:
+      return "Hugging Face Llama weights";
     case ModelSourceKind::llmc:
       return "llm.c model file";
   }
@@ -114,7 +117,11 @@ void convert(const std::string& spec, const std::string& to, const std::string& 
       record = data::tokenizer_record(m.tokenizer);
       tok = data::load_tokenizer_record(record, m.tokenizer);
     }
-    nn::export_hf_gpt2(output, weights, m.config, tok ? tok->eot_id() : -1);
+    // GPT-2's architecture as GPT2LMHeadModel, a Llama-style one as LlamaForCausalLM.
+    if (m.config.mlp == nn::MlpKind::swiglu)
+      nn::export_hf_llama(output, weights, m.config, tok ? tok->eot_id() : -1);
+    else
+      nn::export_hf_gpt2(output, weights, m.config, tok ? tok->eot_id() : -1);
     if (tok) data::write_hf_tokenizer(output, record);
   } else if (to == "llmc") {
     nn::export_llmc_gpt2(output, weights, m.config,

@@ -1,6 +1,7 @@
 #pragma once
 // Finding a model on disk: a run directory (its latest checkpoint), one checkpoint directory,
-// Hugging Face GPT-2 weights (model.safetensors or its folder), or an llm.c model .bin. Any of
+// Hugging Face GPT-2 or Llama weights (model.safetensors or its folder; a Llama's config.json
+// says which), or an llm.c model .bin. Any of
 // them loads into one process or into a tensor-parallel rank: every source holds the full
 // (single-process) weights, and each rank keeps its slices.
 
@@ -15,7 +16,7 @@
 
 namespace tessera::train {
 
-enum class ModelSourceKind { run_dir, checkpoint, hf_gpt2, llmc };
+enum class ModelSourceKind { run_dir, checkpoint, hf_gpt2, hf_llama, llmc };
 
 struct LoadedModel {
   std::unique_ptr<nn::GPT> model;
