@@ -127,15 +127,18 @@ Tensor generate(GPT& model, const Tensor& prompt, const GenerateOptions& options
   std::vector<std::vector<int64_t>> rows(static_cast<size_t>(B));  // each sequence so far
   for (int64_t b = 0; b < B; ++b)
     rows[size_t(b)].assign(seq.begin() + b * T0, seq.begin() + (b + 1) * T0);
+  // The model's device: where its weights are (ids and the cache go there).
+  const Device device = model.named_parameters().front().second.device();
   std::optional<KVCache> cache;
-  if (options.use_cache) cache.emplace(cfg, B, model.dtype(), total, model.tp_size());
+  if (options.use_cache) cache.emplace(cfg, B, model.dtype(), total, model.tp_size(), device);
 
-  Tensor next = ops::cast(prompt, DType::i64);  // the tokens the model has not seen yet
+  // The tokens the model has not seen yet.
+  Tensor next = ops::to(ops::cast(prompt, DType::i64), device);
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     if (!options.use_cache) {
       std::vector<int64_t> all;
       for (const auto& r : rows) all.insert(all.end(), r.begin(), r.end());
-      next = from_vector<int64_t>(all, Shape{B, int64_t(rows[0].size())});
+      next = ops::to(from_vector<int64_t>(all, Shape{B, int64_t(rows[0].size())}), device);
     }
     Tensor h = model.hidden(next, cache ? &*cache : nullptr);
     Tensor logits = ops::cast(model.head(ops::narrow(h, 1, h.size(1) - 1, 1)), DType::f32);
@@ -148,11 +151,12 @@ Tensor generate(GPT& model, const Tensor& prompt, const GenerateOptions& options
           sample_token(row, options.sampling, sampling_uniform(options.sampling.seed, step, B, b));
       rows[size_t(b)].push_back(chosen[size_t(b)]);
     }
-    next = from_vector<int64_t>(chosen, Shape{B, 1});
+    next = ops::to(from_vector<int64_t>(chosen, Shape{B, 1}), device);
+    if (options.on_step && !options.on_step(step, chosen)) break;
   }
   std::vector<int64_t> out;
   for (const auto& r : rows) out.insert(out.end(), r.begin(), r.end());
-  return from_vector<int64_t>(out, Shape{B, total});
+  return from_vector<int64_t>(out, Shape{B, int64_t(rows[0].size())});
 }
 
 }  // namespace tessera::nn

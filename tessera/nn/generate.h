@@ -3,6 +3,7 @@
 // (nucleus) sampling from a seeded Philox stream, or greedy decoding at temperature 0.
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "tessera/core/tensor.h"
@@ -32,11 +33,16 @@ struct GenerateOptions {
   SamplingOptions sampling;
   // false recomputes the whole sequence for every token (the reference the cache must match).
   bool use_cache = true;
+  // Called after every decode step with the B tokens just chosen; returning false ends the
+  // generation there (an end-of-text token, a stop string). Empty: never stops early.
+  std::function<bool(int64_t step, std::span<const int64_t> chosen)> on_step;
 };
 
 // Extends every row of prompt [B, T0] (ids in [0, vocab_size)) by max_new_tokens tokens and
-// returns [B, T0 + max_new_tokens] i64. T0 + max_new_tokens must fit in block_size. Runs
-// under NoGradGuard with dropout off; the model's train/eval mode is restored afterwards.
+// returns [B, T0 + n] i64 on the CPU, n = max_new_tokens unless on_step stopped it sooner.
+// T0 + max_new_tokens must fit in block_size. The model may live on any device (the prompt
+// and the KV cache go to its device). Runs under NoGradGuard with dropout off; the model's
+// train/eval mode is restored afterwards.
 Tensor generate(GPT& model, const Tensor& prompt, const GenerateOptions& options);
 
 }  // namespace tessera::nn

@@ -15,7 +15,8 @@
 
 namespace tessera::nn {
 
-KVCache::KVCache(const GPTConfig& config, int64_t batch, DType dtype, int64_t capacity, int tp_size)
+KVCache::KVCache(const GPTConfig& config, int64_t batch, DType dtype, int64_t capacity, int tp_size,
+                 Device device)
     : batch_(batch),
       capacity_(capacity == -1 ? config.block_size : capacity),
       kv_heads_(config.n_kv_head / std::max(tp_size, 1)),
@@ -31,7 +32,7 @@ KVCache::KVCache(const GPTConfig& config, int64_t batch, DType dtype, int64_t ca
   TESSERA_CHECK(is_floating(dtype), "KVCache: dtype must be floating, got ", dtype_name(dtype));
   const Shape shape{batch, kv_heads_, capacity_, config.head_dim()};
   for (int64_t i = 0; i < config.n_layer; ++i)
-    layers_.push_back({zeros(shape, dtype), zeros(shape, dtype)});
+    layers_.push_back({zeros(shape, dtype, device), zeros(shape, dtype, device)});
 }
 
 LayerKV& KVCache::layer(int64_t i) {

@@ -53,7 +53,7 @@ class KVCache {
   // Buffers for `batch` sequences of up to `capacity` positions (-1: config.block_size), for
   // the n_kv_head / tp_size key and value heads of one tensor-parallel rank.
   KVCache(const GPTConfig& config, int64_t batch, DType dtype = DType::f32, int64_t capacity = -1,
-          int tp_size = 1);
+          int tp_size = 1, Device device = Device::cpu());
 
   int64_t batch() const { return batch_; }
   DType dtype() const { return dtype_; }

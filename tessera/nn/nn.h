@@ -4,6 +4,7 @@
 // import/export.
 
 #include "tessera/nn/block.h"
+#include "tessera/nn/completion.h"
 #include "tessera/nn/generate.h"
 #include "tessera/nn/gpt.h"
 #include "tessera/nn/gpt_config.h"

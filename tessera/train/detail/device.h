@@ -28,6 +28,8 @@ class DeviceUnavailable : public Error {
 // see world.h's local_rank()) and returns it. Throws DeviceUnavailable with the message
 // "tessera train: --device cuda: no CUDA device (this build has no CUDA backend)", or
 // "(no GPU found)" in a GPU build on a machine without one.
-Device open_train_device(const std::string& name, int local_rank = 0);
+// `command` names the subcommand in the messages ("train", "generate").
+Device open_train_device(const std::string& name, int local_rank = 0,
+                         const std::string& command = "train");
 
 }  // namespace tessera::train

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# generate_cli_test.sh TESSERA WORKDIR: `tessera generate`'s stop conditions, batched prompts
+# and device.
+#   stop      --stop cuts a greedy completion just before the string, and nothing after it
+#             is printed;
+#   batch     --prompts-file runs prompts in batches and prints one JSON line per prompt, in
+#             order, each equal to that prompt generated alone;
+#   device    --device cuda-sim (the CUDA backend on the kernel simulator) gives the CPU's
+#             greedy tokens;
+#   refusals  an empty --stop, --device with --tp, an unknown device: one line, non-zero.
+set -uo pipefail
+tessera=$1 dir=$2
+fail() { echo "FAIL: $*" >&2; exit 1; }
+export OMP_NUM_THREADS=1
+source "$(dirname "$0")/tiny_corpus.sh"
+tiny_corpus "$tessera" "$dir"
+cd "$dir" || fail "cd"
+"$tessera" train --train-data "data/data_train_*.bin" --tokenizer byte --run-dir run \
+  --model '{"n_layer": 2, "n_head": 2, "n_kv_head": 2, "n_embd": 32, "block_size": 64}' \
+  --batch-size 4 --seq-len 32 --max-steps 30 --log-every 30 --threads 1 --sample-tokens 0 \
+  >train.log 2>&1 || { cat train.log >&2; fail "train"; }
+greedy=(--model run --max-new-tokens 24 --temperature 0 --no-eos)
+full=$("$tessera" generate "${greedy[@]}" --prompt "line 1" 2>/dev/null) || fail "generate"
+continuation=${full#line 1}
+[ ${#continuation} -ge 8 ] || fail "a short continuation: '$continuation'"
+stop=${continuation:4:2}  # two characters from inside the continuation
+cut=$("$tessera" generate "${greedy[@]}" --prompt "line 1" --stop "$stop" 2>/dev/null) || fail "--stop"
+want="line 1${continuation%%"$stop"*}"
+[ "$cut" = "$want" ] || fail "--stop '$stop': got '$cut', expected '$want'"
+
+printf 'line 1\nline 2\nthe quick\n' >prompts.txt
+"$tessera" generate "${greedy[@]}" --prompts-file prompts.txt >batch.jsonl 2>/dev/null || fail "--prompts-file"
+[ "$(wc -l <batch.jsonl)" = 3 ] || fail "not one line per prompt: $(cat batch.jsonl)"
+for p in "line 1" "line 2" "the quick"; do
+  one=$("$tessera" generate "${greedy[@]}" --prompt "$p" 2>/dev/null) || fail "generate '$p'"
+  python3 - "$p" "$one" batch.jsonl <<'PY' || fail "the batch's completion of '$p' differs from its own"
+import json, sys
+prompt, alone, lines = sys.argv[1], sys.argv[2], [json.loads(l) for l in open(sys.argv[3])]
+row = next(r for r in lines if r["prompt"] == prompt)
+assert prompt + row["completion"] == alone, (row, alone)
+assert row["finish_reason"] == "length" and row["tokens"] == 24, row
+PY
+done
+python3 -c "
+import json, sys
+assert [json.loads(l)['prompt'] for l in open('batch.jsonl')] == ['line 1', 'line 2', 'the quick']" ||
+  fail "the lines are not in the file's order"
+
+sim=$("$tessera" generate "${greedy[@]}" --prompt "line 1" --device cuda-sim 2>/dev/null) ||
+  fail "--device cuda-sim"
+[ "$sim" = "$full" ] || fail "cuda-sim gives '$sim', the CPU '$full'"
+
+refused() {  # refused "what it must say" args...
+  local says=$1 err
+  shift
+  if err=$("$tessera" generate "$@" 2>&1 >/dev/null); then fail "accepted: $*"; fi
+  [ "$(echo "$err" | wc -l)" = 1 ] || fail "more than one line for $*: $err"
+  echo "$err" | grep -qF -- "$says" || fail "for $* expected '$says', got: $err"
+}
+refused "--stop must not be empty" --model run --prompt x --stop ""
+refused "--device cuda-sim with --tp 2 is not supported" --model run --prompt x --device cuda-sim --tp 2
+refused "--device must be cpu, cuda or cuda-sim, got 'tpu'" --model run --prompt x --device tpu
+echo "generate_cli_test: --stop, --prompts-file (batched = alone), --device cuda-sim (= CPU), refusals"
