@@ -1,11 +1,14 @@
-// Harness cases for causal attention and RoPE, plus their error messages, layouts and
-// reduced-precision paths.
+// Harness cases for causal attention, paged attention and RoPE, plus their error messages,
+// layouts and reduced-precision paths.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "ops/harness.h"
+#include "tessera/core/ops/paged_attention.h"
 
 namespace tessera::testing {
 namespace {
@@ -244,4 +247,125 @@ TEST(Rope, OffsetMatchesPositionInFullSequence) {
 }
 
 }  // namespace
+
+namespace {
+
+// A continuous-batching iteration: S sequences whose keys live in shuffled blocks of one pool;
+// N tokens, each of some sequence at some position (a decode token, or one of a prefill chunk).
+// Inputs: q [N, H, D] (sometimes a head slice of a fused projection), k_cache, v_cache,
+// block_tables, token_seq, token_pos, and a 0-d scale.
+std::vector<Tensor> paged_inputs(CaseRng& rng, DType dt) {
+  const int64_t S = rng.size(1, 3), bs = rng.size(1, 5), Hkv = rng.size(1, 2);
+  const int64_t H = Hkv * rng.size(1, 3), D = rng.size(1, 20);
+  // Sequence lengths up to 140, past a 128-key tile of the GPU kernel.
+  std::vector<int64_t> len(static_cast<size_t>(S));
+  for (auto& n : len) n = rng.size(1, rng.coin() ? 12 : 140);
+  int64_t max_blocks = 0, blocks = 0;
+  for (int64_t n : len) {
+    max_blocks = std::max(max_blocks, (n + bs - 1) / bs);
+    blocks += (n + bs - 1) / bs;
+  }
+  blocks += rng.size(0, 3);  // free blocks left in the pool
+  std::vector<int32_t> order(static_cast<size_t>(blocks));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng.engine());
+  std::vector<int32_t> tables(static_cast<size_t>(S * max_blocks), -1);  // unused entries stay -1
+  size_t next = 0;
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t b = 0; b < (len[size_t(s)] + bs - 1) / bs; ++b)
+      tables[size_t(s * max_blocks + b)] = order[next++];
+  std::vector<int32_t> seq, pos;
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t chunk = rng.size(1, std::min<int64_t>(len[size_t(s)], 4));
+    for (int64_t p = len[size_t(s)] - chunk; p < len[size_t(s)]; ++p) {
+      seq.push_back(int32_t(s));
+      pos.push_back(int32_t(p));
+    }
+  }
+  const int64_t N = int64_t(seq.size());
+  Tensor q = rng.coin() ? ops::narrow(rng.tensor(Shape{N, H + 2 * Hkv, D}, dt), 1, 0, H)
+                        : rng.tensor(Shape{N, H, D}, dt);
+  return {q,
+          contiguous(rng.tensor(Shape{blocks, bs, Hkv, D}, dt)),  // a pool is one buffer
+          contiguous(rng.tensor(Shape{blocks, bs, Hkv, D}, dt)),
+          from_vector<int32_t>(tables, Shape{S, max_blocks}),
+          from_vector<int32_t>(seq, Shape{N}),
+          from_vector<int32_t>(pos, Shape{N}),
+          scalar_tensor(rng.coin() ? 0.0 : 0.7, DType::f64)};
+}
+
+// Each token's sequence gathered into contiguous rows through its block table, then the plain
+// softmax over keys 0..p in f64.
+Tensor paged_reference(const std::vector<Tensor>& in) {
+  HostTensor q(in[0]), k(in[1]), v(in[2]);
+  const std::vector<int32_t> tables = to_vector<int32_t>(in[3]);
+  const std::vector<int32_t> seq = to_vector<int32_t>(in[4]), pos = to_vector<int32_t>(in[5]);
+  const int64_t N = q.shape[0], H = q.shape[1], D = q.shape[2];
+  const int64_t bs = k.shape[1], Hkv = k.shape[2], max_blocks = in[3].size(1);
+  double scale = in[6].item<double>();
+  if (scale <= 0) scale = 1 / std::sqrt(double(D));
+  HostTensor out(Shape{N, H, D});
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t hk = h / (H / Hkv), last = pos[size_t(n)];
+      std::vector<double> p(static_cast<size_t>(last + 1));
+      double mx = -INFINITY, sum = 0;
+      auto row = [&](int64_t j) {
+        const int64_t block = tables[size_t(seq[size_t(n)] * max_blocks + j / bs)];
+        return ((block * bs + j % bs) * Hkv + hk) * D;
+      };
+      for (int64_t j = 0; j <= last; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < D; ++d) s += q.at({n, h, d}) * k.v[size_t(row(j) + d)];
+        p[size_t(j)] = scale * s;
+        mx = std::max(mx, p[size_t(j)]);
+      }
+      for (double& x : p) sum += x = std::exp(x - mx);
+      for (int64_t j = 0; j <= last; ++j)
+        for (int64_t d = 0; d < D; ++d)
+          out.at({n, h, d}) += p[size_t(j)] / sum * v.v[size_t(row(j) + d)];
+    }
+  return out.to_tensor();
+}
+
+}  // namespace
+
+TESSERA_OP_CASE(paged_attention) {
+  OpCase c;
+  c.name = "paged_attention";
+  c.make_inputs = paged_inputs;
+  c.run = [](const std::vector<Tensor>& in) {
+    return ops::paged_attention(in[0], in[1], in[2], in[3], in[4], in[5], in[6].item<double>());
+  };
+  c.reference = paged_reference;
+  // Inference only: no gradient. f32: dots of <= 20 unit normals (rounding ~1e-6), the output a
+  // convex combination of values of size ~3, as for causal attention.
+  c.rtol = 1e-5;
+  c.atol = 1e-5;
+  return c;
+}
+
+// Every index the kernel would follow is checked first; each bad one is named.
+TEST(PagedAttention, BadIndicesAreNamed) {
+  const Tensor q = randn(Shape{2, 2, 4}, default_generator());
+  const Tensor k = randn(Shape{3, 4, 1, 4}, default_generator());
+  const Tensor tables = from_vector<int32_t>({0, 1, 2, -1}, Shape{2, 2});
+  auto seq = [](std::vector<int32_t> v) { return from_vector<int32_t>(v, Shape{2}); };
+  auto fails = [&](const Tensor& t, const Tensor& s, const Tensor& p, const std::string& says) {
+    try {
+      ops::paged_attention(q, k, k, t, s, p);
+      ADD_FAILURE() << "accepted: " << says;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  fails(tables, seq({0, 2}), seq({0, 0}), "token 1 belongs to sequence 2, outside the 2 rows");
+  fails(tables, seq({0, 1}), seq({8, 0}), "token 0 sits at position 8, beyond the 2 blocks of 4");
+  fails(tables, seq({0, 1}), seq({0, 5}), "sequence 1's block 1 is -1, outside the pool of 3");
+  fails(tables, seq({0, 1}), seq({-1, 0}), "token 0 sits at position -1");
+  fails(ops::cast(tables, DType::i64), seq({0, 1}), seq({0, 0}), "must be contiguous i32");
+  EXPECT_EQ(ops::paged_attention(q, k, k, tables, seq({0, 1}), seq({7, 3})).shape(),
+            (Shape{2, 2, 4}));
+}
+
 }  // namespace tessera::testing
