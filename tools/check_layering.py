@@ -3,7 +3,8 @@
 down (or sideways into the same folder), in the order docs/architecture.md draws.
 
   folders:  core <- autograd, data, cuda;  core, autograd, data <- nn;  core, cuda/sim <- nccl_sim;
-            nn, nccl_sim, cuda's public headers <- parallel <- train <- plan <- tools (and tessera.h)
+            nn, nccl_sim, cuda's public headers <- parallel <- train <- plan <- tools (and tessera.h);
+            nn <- serve <- tools
   core:     the root (tensor, storage, backend interface) <- cpu/ (the CPU backend) and ops/
             (the front end); cpu/ and ops/ never include each other, and nothing outside core
             includes cpu/ (its public knob is core/threads.h)
@@ -33,6 +34,7 @@ FOLDERS = {
     "parallel": {"core", "autograd", "data", "nn", "cuda", "nccl_sim"},
     "train": {"core", "autograd", "data", "nn", "cuda", "parallel"},
     "plan": {"core", "data", "nn", "parallel", "train"},
+    "serve": {"core", "autograd", "data", "nn"},
 }
 # Levels of the sub-folders where the order is defined ("." is the folder's own root files).
 # A file may include its own sub-folder and any at a lower level; equal levels are siblings.

@@ -18,7 +18,10 @@
 #include "tessera/autograd/functions/recomputed_activation.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
+#include "tessera/core/ops/attention.h"
+#include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
+#include "tessera/core/ops/paged_attention.h"
 
 namespace tessera::nn {
 
@@ -118,6 +121,39 @@ Tensor CausalSelfAttention::forward(const Tensor& x, LayerKV* kv, int64_t pos) c
   return apply_dropout(*resid_dropout_, out, sharded, tp_.get());
 }
 
+Tensor CausalSelfAttention::forward_paged(const Tensor& x, PagedLayerKV& pool,
+                                          const PagedBatch& batch) const {
+  const int64_t N = batch.num_tokens(), c = n_head_ * head_dim_ * tp_size(tp_), D = head_dim_;
+  TESSERA_CHECK(x.defined() && x.dim() == 3 && x.size(0) == 1 && x.size(1) == N && x.size(2) == c,
+                "CausalSelfAttention: paged x must be [1, ", N, ", ", c, "], got ", describe(x));
+  TESSERA_CHECK(!is_grad_enabled(),
+                "CausalSelfAttention: the paged KV cache is for inference; run under NoGradGuard");
+  const Tensor qkv = ops::view(c_attn_->forward(tp_->enter_region(x, false)),
+                               Shape{N, n_head_ + 2 * n_kv_head_, D});
+  Tensor q = ops::narrow(qkv, 1, 0, n_head_), k = ops::narrow(qkv, 1, n_head_, n_kv_head_);
+  const Tensor v = ops::narrow(qkv, 1, n_head_ + n_kv_head_, n_kv_head_);
+  if (rope_) {
+    // Each segment's tokens sit at consecutive positions from its start: one rotation each.
+    Tensor q_rot = empty_like(q), k_rot = empty_like(k);
+    int64_t token = 0;
+    for (const PagedBatch::Segment& s : batch.segments) {
+      for (auto [from, to] : {std::pair{&q, &q_rot}, std::pair{&k, &k_rot}}) {
+        const Tensor part = ops::unsqueeze(ops::narrow(*from, 0, token, s.length), 0);
+        ops::copy_(ops::narrow(*to, 0, token, s.length),
+                   ops::squeeze(ops::rope(part, s.start, rope_theta_), 0));
+      }
+      token += s.length;
+    }
+    q = q_rot;
+    k = k_rot;
+  }
+  write_paged_kv(pool, batch, k, v);
+  const Tensor y =
+      ops::paged_attention(q, pool.k, pool.v, batch.block_tables, batch.token_row, batch.token_pos);
+  const Tensor out = c_proj_->forward(ops::view(y, Shape{1, N, n_head_ * D}), false);
+  return apply_dropout(*resid_dropout_, out, false, tp_.get());
+}
+
 MLP::MLP(const LayerContext& ctx) : tp_(or_local(ctx.tp)), kind_(ctx.config->mlp) {
   const GPTConfig& cfg = *ctx.config;
   const int64_t c = cfg.n_embd, h = cfg.ffn_dim();
@@ -153,9 +189,7 @@ Tensor MLP::forward(const Tensor& x, bool sequence_sharded) const {
   } else {
     const Tensor gate = w_gate_->forward(in), up = w_up_->forward(in);
     out = c_proj_->forward_product(
-        [&](const Tensor& w, const Tensor& b) {
-          return linear_recomputing_swiglu(gate, up, w, b);
-        },
+        [&](const Tensor& w, const Tensor& b) { return linear_recomputing_swiglu(gate, up, w, b); },
         sequence_sharded);
   }
   return apply_dropout(*dropout_, out, sequence_sharded, tp_.get());
@@ -192,6 +226,11 @@ Tensor Block::forward(const Tensor& x, LayerKV* kv, int64_t pos) const {
         return std::vector<Tensor>{forward_body(in[0], nullptr, 0)};
       },
       {x})[0];
+}
+
+Tensor Block::forward_paged(const Tensor& x, PagedLayerKV& pool, const PagedBatch& batch) const {
+  const Tensor h = x + attn_->forward_paged(ln_1_->forward(x, false), pool, batch);
+  return h + mlp_->forward(ln_2_->forward(h, false), false);
 }
 
 Tensor Block::forward_body(const Tensor& x, LayerKV* kv, int64_t pos) const {

@@ -26,6 +26,7 @@
 #include "tessera/nn/init.h"
 #include "tessera/nn/layers.h"
 #include "tessera/nn/module.h"
+#include "tessera/nn/paged_kv_cache.h"
 #include "tessera/nn/recompute.h"
 
 namespace tessera::nn {
@@ -48,6 +49,11 @@ class CausalSelfAttention : public Module {
   // [B, T / tp, C] with sequence parallelism and no cache, and so is the result; the heads are
   // this rank's and the cache holds only them.
   Tensor forward(const Tensor& x, LayerKV* kv = nullptr, int64_t pos = 0) const;
+  // Serving (inference only): x [1, N, C] holds the tokens of `batch`, each at its own
+  // sequence and position; their keys and values go into the pool, then each token attends to
+  // its sequence's keys up to its position through the block tables (ops::paged_attention).
+  // Replicated x under tensor parallelism, as in cached decoding.
+  Tensor forward_paged(const Tensor& x, PagedLayerKV& pool, const PagedBatch& batch) const;
   // This rank's query and key/value heads (all of them without tensor parallelism).
   int64_t local_heads() const { return n_head_; }
   int64_t local_kv_heads() const { return n_kv_head_; }
@@ -98,6 +104,8 @@ class Block : public Module {
   // Under full recomputation a training forward (grad mode on, no cache) keeps only x and
   // runs again inside backward (autograd/checkpoint.h).
   Tensor forward(const Tensor& x, LayerKV* kv = nullptr, int64_t pos = 0) const;
+  // See CausalSelfAttention::forward_paged.
+  Tensor forward_paged(const Tensor& x, PagedLayerKV& pool, const PagedBatch& batch) const;
   // What this block keeps for backward (recompute.h). full applies to this block; selective
   // to its MLP.
   void set_recompute(RecomputeMode mode);

@@ -11,6 +11,7 @@
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
+#include "tessera/core/ops/embedding.h"
 #include "tessera/core/ops/movement.h"
 
 namespace tessera::nn {
@@ -167,14 +168,15 @@ std::vector<std::pair<std::string, std::vector<std::string>>> GPT::parameter_uni
   return units;
 }
 
-void GPT::check_ids(const Tensor& idx, int64_t pos) const {
+void GPT::check_ids(const Tensor& idx, int64_t pos, bool check_length) const {
   TESSERA_CHECK(idx.defined() && idx.dim() == 2 && !is_floating(idx.dtype()),
                 "GPT: token ids must be an i32/i64 [B, T] tensor, got ", describe(idx));
   const int64_t T = idx.size(1);
   TESSERA_CHECK(idx.size(0) > 0 && T > 0, "GPT: token ids ", idx.describe(),
                 " must hold at least one sequence of at least one token");
-  TESSERA_CHECK(pos + T <= config_.block_size, "GPT: ", T, " tokens from position ", pos,
-                " exceed block_size ", config_.block_size, " (token ids ", idx.describe(), ")");
+  TESSERA_CHECK(!check_length || pos + T <= config_.block_size, "GPT: ", T,
+                " tokens from position ", pos, " exceed block_size ", config_.block_size,
+                " (token ids ", idx.describe(), ")");
   // The embedding op only rejects ids past the padded table; ids in the padding are as wrong.
   const std::vector<int64_t> ids = to_vector<int64_t>(idx);
   for (size_t i = 0; i < ids.size(); ++i)
@@ -235,7 +237,7 @@ void GPT::set_recompute(const Recompute& recompute) {
                 "or at least 0, got ", recompute.num_layers);
   recompute_ = recompute;
   for (size_t i = 0; i < blocks_.size(); ++i)
-    blocks_[i]->set_recompute(recompute.mode != RecomputeMode::full ? recompute.mode
+    blocks_[i]->set_recompute(recompute.mode != RecomputeMode::full    ? recompute.mode
                               : recompute.recomputes_block(int64_t(i)) ? RecomputeMode::full
                                                                        : RecomputeMode::none);
 }
@@ -293,6 +295,42 @@ Tensor GPT::forward(const Tensor& idx, KVCache* cache) const {
   std::optional<NoGradGuard> inference;
   if (cache != nullptr) inference.emplace();
   return head(hidden(idx, cache));
+}
+
+Tensor GPT::forward_paged(const Tensor& tokens, const PagedBatch& batch,
+                          PagedKVCache& cache) const {
+  check_whole("forward_paged");
+  NoGradGuard inference;
+  const int64_t N = batch.num_tokens();
+  TESSERA_CHECK(
+      tokens.defined() && tokens.dim() == 1 && tokens.size(0) == N && !is_floating(tokens.dtype()),
+      "GPT: paged token ids must be an i32/i64 [", N, "] tensor (the batch's tokens), ", "got ",
+      describe(tokens));
+  TESSERA_CHECK(
+      cache.num_layers() == config_.n_layer && cache.kv_heads() == config_.n_kv_head / tp_size() &&
+          cache.dtype() == dtype_ && cache.device() == wte_->weight().device(),
+      "GPT: a paged ", dtype_name(cache.dtype()), " cache of ", cache.num_layers(), " layers and ",
+      cache.kv_heads(), " kv heads on ", cache.device().to_string(), " cannot serve this ",
+      config_.n_layer, "-layer ", dtype_name(dtype_), " model with ", config_.n_kv_head / tp_size(),
+      " kv heads per rank on ", wte_->weight().device().to_string());
+  check_ids(ops::unsqueeze(tokens, 0), 0, /*check_length=*/false);
+  const Tensor ids = ops::unsqueeze(tokens, 0);  // [1, N]
+  Tensor x = wte_->forward(before("embedding", ids));
+  if (wpe_) x = x + wpe_->forward(ops::unsqueeze(batch.token_pos, 0));
+  x = after("embedding", apply_dropout(*drop_, x, false, tp_.get()));
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const std::string unit = "h." + std::to_string(first_layer_ + int64_t(i));
+    x = after(unit, blocks_[i]->forward_paged(before(unit, x), cache.layer(int64_t(i)), batch));
+  }
+  // Each segment's last row: a gather of rows, which is what the embedding op does.
+  std::vector<int32_t> last;
+  int64_t end = 0;
+  for (const PagedBatch::Segment& s : batch.segments)
+    last.push_back(int32_t((end += s.length) - 1));
+  const Tensor rows =
+      ops::embedding(ops::view(x, Shape{N, x.size(2)}),
+                     from_vector<int32_t>(last, Shape{int64_t(last.size())}, x.device()));
+  return head(after("head", ln_f_->forward(before("head", rows), false)));
 }
 
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index) const {

@@ -42,6 +42,7 @@
 #include "tessera/nn/layers.h"
 #include "tessera/nn/model_parallel.h"
 #include "tessera/nn/module.h"
+#include "tessera/nn/paged_kv_cache.h"
 #include "tessera/nn/recompute.h"
 
 namespace tessera::nn {
@@ -117,6 +118,12 @@ class GPT : public Module {
   Tensor head(const Tensor& hidden) const;
   // logits [B, T, vocab_rows()]; columns from vocab_size on are padding.
   Tensor forward(const Tensor& idx, KVCache* cache = nullptr) const;
+  // Serving: one continuous-batching iteration over the paged cache. tokens i32/i64 [N] are
+  // the batch's tokens in segment order (PagedBatch); their keys and values go into the
+  // pools and each attends to its own sequence. Returns the logits [segments, vocab_rows()]
+  // of each segment's last token, the only ones a sampler reads. Inference only (runs under
+  // NoGradGuard; put the model in eval mode for dropout). Needs the whole model.
+  Tensor forward_paged(const Tensor& tokens, const PagedBatch& batch, PagedKVCache& cache) const;
   // Mean cross-entropy of next-token targets [B, T] (ignore_index skipped) over the real
   // vocabulary only. Needs the whole model (see forward_stage for a pipeline stage).
   Tensor loss(const Tensor& idx, const Tensor& targets, int64_t ignore_index = -100) const;
@@ -144,7 +151,8 @@ class GPT : public Module {
   static int64_t count_parameters(const GPTConfig& config);
 
  private:
-  void check_ids(const Tensor& idx, int64_t pos) const;
+  // check_length: the T tokens of idx [B, T] must fit in block_size from pos.
+  void check_ids(const Tensor& idx, int64_t pos, bool check_length = true) const;
   void check_whole(const char* what) const;
   bool sharded(const KVCache* cache) const;
   Tensor before(const std::string& unit, const Tensor& x) const;
