@@ -189,7 +189,9 @@ Tensor MLP::forward(const Tensor& x, bool sequence_sharded) const {
   } else {
     const Tensor gate = w_gate_->forward(in), up = w_up_->forward(in);
     out = c_proj_->forward_product(
-        [&](const Tensor& w, const Tensor& b) { return linear_recomputing_swiglu(gate, up, w, b); },
+        [&](const Tensor& w, const Tensor& b) {
+          return linear_recomputing_swiglu(gate, up, w, b);
+        },
         sequence_sharded);
   }
   return apply_dropout(*dropout_, out, sequence_sharded, tp_.get());

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "tessera/autograd/grad_mode.h"
-#include "tessera/core/detail/philox.h"
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
+#include "tessera/core/detail/philox.h"
 
 namespace tessera::nn {
 

@@ -237,7 +237,7 @@ void GPT::set_recompute(const Recompute& recompute) {
                 "or at least 0, got ", recompute.num_layers);
   recompute_ = recompute;
   for (size_t i = 0; i < blocks_.size(); ++i)
-    blocks_[i]->set_recompute(recompute.mode != RecomputeMode::full    ? recompute.mode
+    blocks_[i]->set_recompute(recompute.mode != RecomputeMode::full ? recompute.mode
                               : recompute.recomputes_block(int64_t(i)) ? RecomputeMode::full
                                                                        : RecomputeMode::none);
 }
@@ -304,7 +304,7 @@ Tensor GPT::forward_paged(const Tensor& tokens, const PagedBatch& batch,
   const int64_t N = batch.num_tokens();
   TESSERA_CHECK(
       tokens.defined() && tokens.dim() == 1 && tokens.size(0) == N && !is_floating(tokens.dtype()),
-      "GPT: paged token ids must be an i32/i64 [", N, "] tensor (the batch's tokens), ", "got ",
+      "GPT: paged token ids must be an i32/i64 [", N, "] tensor (the batch's tokens), got ",
       describe(tokens));
   TESSERA_CHECK(
       cache.num_layers() == config_.n_layer && cache.kv_heads() == config_.n_kv_head / tp_size() &&

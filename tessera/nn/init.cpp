@@ -43,8 +43,8 @@ Tensor shard_of(const Tensor& full, const ParamMeta& meta, int rank, int size,
                 " is outside a tensor-parallel group of ", size);
   if (meta.shard == ShardKind::replicated) return ops::clone(full);
   const int64_t dim = meta.shard == ShardKind::rows ? 0 : 1;
-  TESSERA_CHECK(full.dim() > dim, "shard_of: '", what, "' ", full.describe(), " has no dim ", dim,
-                " to split");
+  TESSERA_CHECK(full.dim() > dim, "shard_of: '", what, "' ", full.describe(),
+                " has no dim ", dim, " to split");
   int64_t length = 0;
   for (int64_t s : meta.segments) {
     TESSERA_CHECK(s > 0 && s % size == 0, "shard_of: '", what, "' has a segment of ", s,
@@ -60,12 +60,10 @@ Tensor shard_of(const Tensor& full, const ParamMeta& meta, int rank, int size,
   }
   Tensor src = full;
   if (full.size(dim) != length) {
-    TESSERA_CHECK(full.size(dim) == meta.unpadded_size &&
-                          meta.unpadded_size<length, "shard_of: '", what, "' ", full.describe(),
-                                             " has ", full.size(dim), " along dim ", dim,
-                                             "; expected ", length, meta.unpadded_size> 0
-                      ? str_cat(" (or ", meta.unpadded_size, " unpadded)")
-                      : "");
+    TESSERA_CHECK(full.size(dim) == meta.unpadded_size && meta.unpadded_size < length,
+                  "shard_of: '", what, "' ", full.describe(), " has ", full.size(dim),
+                  " along dim ", dim, "; expected ", length,
+                  meta.unpadded_size > 0 ? str_cat(" (or ", meta.unpadded_size, " unpadded)") : "");
     Shape padded = full.shape();
     padded[int(dim)] = length;
     src = zeros(padded, full.dtype(), full.device());

@@ -53,8 +53,8 @@ Tensor Linear::forward(const Tensor& x) const {
 }
 
 Tensor Linear::forward(const Tensor& x, bool sequence_sharded) const {
-  return forward_product([&](const Tensor& w, const Tensor& b) { return linear(x, w, b); },
-                         sequence_sharded);
+  return forward_product(
+      [&](const Tensor& w, const Tensor& b) { return linear(x, w, b); }, sequence_sharded);
 }
 
 Tensor Linear::forward_product(
@@ -96,8 +96,9 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, const InitSpec& init, 
   TESSERA_CHECK(meta.segments.size() == 1 && meta.segments[0] == num_embeddings,
                 "Embedding: a vocab-parallel table splits its ", num_embeddings,
                 " rows as one segment");
-  weight_ = register_parameter(
-      "weight", shard_of(w, meta, tp_->rank(), tp_->size(), "Embedding weight"), meta);
+  weight_ = register_parameter("weight", shard_of(w, meta, tp_->rank(), tp_->size(),
+                                                  "Embedding weight"),
+                               meta);
   vocab_start_ = int64_t(tp_->rank()) * weight_.size(0);
 }
 
@@ -174,7 +175,8 @@ Tensor Dropout::forward(const Tensor& x) const {
 }
 
 Tensor Dropout::forward(const Tensor& x, int64_t seq_start, int64_t seq_total) const {
-  TESSERA_CHECK(x.defined() && x.dim() >= 2 && seq_start >= 0 && seq_start + x.size(1) <= seq_total,
+  TESSERA_CHECK(x.defined() && x.dim() >= 2 && seq_start >= 0 &&
+                    seq_start + x.size(1) <= seq_total,
                 "Dropout: ", describe(x), " is not a slice of dim 1 of a sequence of ", seq_total,
                 " from position ", seq_start);
   if (!is_training() || p_ == 0.0) return x;
@@ -184,8 +186,8 @@ Tensor Dropout::forward(const Tensor& x, int64_t seq_start, int64_t seq_total) c
   const int64_t inner = x.numel() / (x.size(0) * x.size(1));
   std::vector<Tensor> rows;
   for (int64_t b = 0; b < x.size(0); ++b)
-    rows.push_back(
-        dropout(narrow(x, 0, b, 1), p_, key(), uint64_t((b * seq_total + seq_start) * inner)));
+    rows.push_back(dropout(narrow(x, 0, b, 1), p_, key(),
+                           uint64_t((b * seq_total + seq_start) * inner)));
   return cat(rows, 0);
 }
 

@@ -102,9 +102,9 @@ class TensorParallelOps {
 // The part of a GPT that one pipeline stage builds.
 struct StageSpec {
   int64_t first_layer = 0;
-  int64_t num_layers = -1;    // -1: through the last layer
-  bool has_embedding = true;  // wte (and wpe): the first stage
-  bool has_head = true;       // ln_f, the head and the loss: the last stage
+  int64_t num_layers = -1;     // -1: through the last layer
+  bool has_embedding = true;   // wte (and wpe): the first stage
+  bool has_head = true;        // ln_f, the head and the loss: the last stage
 };
 
 // Called around each unit of parameters in the forward pass: "embedding", "h.0", ..., "head".

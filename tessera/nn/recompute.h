@@ -10,8 +10,8 @@
 //              0.95x none's step, docs/benchmarks.md).
 //   full       a block keeps only its input; its backward runs the block's forward again (one
 //              more forward per recomputed layer: 1.28x none's step on GPT-2 124M, CPU).
-//              `num_layers` blocks per stage (the first ones, as Megatron's --recompute-method
-//              block; per model chunk under interleaved 1F1B), -1 for all of them; the others keep
+//              `num_layers` blocks per stage (the first ones, as Megatron's --recompute-method block; per
+//              model chunk under interleaved 1F1B), -1 for all of them; the others keep
 //              everything, as under none.
 //
 // Gradients are bit-identical to `none` on the CPU and the simulated GPU, under every layout
