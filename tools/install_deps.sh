@@ -11,6 +11,7 @@ packages=(
   libbenchmark-dev       # bench/
   nlohmann-json3-dev     # configs, manifests, metrics, tokenizer files
   libcli11-dev           # the tessera command line
+  libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev  # tessera serve's HTTP server
   mpich libmpich-dev     # the parallel layer's MPI communicator; mpiexec runs the distributed tests
   python3                # tools/ scripts
   clang libclang-rt-14-dev libomp-dev  # tools/run_fuzzers.sh: libFuzzer, ASan, UBSan, OpenMP

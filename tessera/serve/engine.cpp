@@ -67,12 +67,20 @@ int64_t Engine::submit(Request request) {
   stats_.prompt_tokens += n;
   ++stats_.waiting;
   inbox_.push_back({std::move(sequence), std::move(request)});
+  arrived_.notify_all();
   return inbox_.back().sequence->id;
 }
 
 void Engine::cancel(int64_t id) {
   std::lock_guard<std::mutex> lock(mutex_);
   cancels_.push_back(id);
+  arrived_.notify_all();
+}
+
+bool Engine::wait_for_work(std::chrono::milliseconds timeout) {
+  if (scheduler_.num_running() + scheduler_.num_waiting() > 0) return true;
+  std::unique_lock<std::mutex> lock(mutex_);
+  return arrived_.wait_for(lock, timeout, [this] { return !inbox_.empty() || !cancels_.empty(); });
 }
 
 void Engine::finish(int64_t id, FinishReason reason) {

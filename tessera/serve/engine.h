@@ -15,6 +15,7 @@
 // seeded request gives what `tessera generate` gives for it alone.
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -75,6 +76,9 @@ class Engine {
   void cancel(int64_t id);
   // Runs one iteration; false when there was nothing to run.
   bool step();
+  // On the stepping thread, between steps: returns at once when there is work, else waits up
+  // to `timeout` for a submit or a cancel. Whether there is work now.
+  bool wait_for_work(std::chrono::milliseconds timeout);
   EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
   int64_t context_length() const { return model_.config().block_size; }
@@ -92,6 +96,7 @@ class Engine {
   BlockAllocator blocks_;
   Scheduler scheduler_;
   mutable std::mutex mutex_;  // guards what submit and cancel touch: inbox_, cancels_, stats_
+  std::condition_variable arrived_;
   std::vector<Active> inbox_;
   std::vector<int64_t> cancels_;
   EngineStats stats_;

@@ -19,5 +19,6 @@ void add_launch_command(CLI::App& app);
 void add_diagnose_command(CLI::App& app);
 void add_trace_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace tessera::cli

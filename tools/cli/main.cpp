@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Print help for every subcommand");
   tessera::cli::add_train_command(app);
   tessera::cli::add_generate_command(app);
+  tessera::cli::add_serve_command(app);
   tessera::cli::add_prepare_command(app);
   tessera::cli::add_tokenizer_command(app);
   tessera::cli::add_ckpt_command(app);
