@@ -1,5 +1,6 @@
 #include "tessera/serve/openai_api.h"
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -18,6 +19,11 @@ ApiError bad(const std::string& param, const std::string& message) {
 // The body's text as JSON, invalid UTF-8 replaced rather than thrown.
 std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string shortest(double x) {
+  char buf[32];
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, x).ptr);
 }
 
 int64_t integer_field(const json& j, const char* name, int64_t lo, int64_t hi) {
@@ -40,7 +46,7 @@ double number_field(const json& j, const char* name, double lo, double hi, bool 
   const double x = v.get<double>();
   if (!std::isfinite(x) || x < lo || x > hi || (open_lo && x == lo))
     throw bad(name, std::string("'") + name + "' must be in " + (open_lo ? "(" : "[") +
-                        dump(json(lo)) + ", " + dump(json(hi)) + "], got " + dump(v));
+                        shortest(lo) + ", " + shortest(hi) + "], got " + dump(v));
   return x;
 }
 

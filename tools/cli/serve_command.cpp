@@ -271,6 +271,12 @@ int ServeApp::listen() {
   const size_t pool = size_t(std::max<int64_t>(16, 2 * f.max_running + 4));
   svr.new_task_queue = [pool] { return new httplib::ThreadPool(pool); };
   svr.set_payload_max_length(size_t(f.max_body_bytes));
+  // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server share a port
+  // that is in use instead of failing.
+  svr.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   add_routes(svr, state_->service);
   int port = f.port;
   const bool bound =

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# serve_cli_test.sh TESSERA WORKDIR: `tessera serve` over HTTP, driven by serve_client.py.
+#   answers   a trained tiny model on a free port: 5 prompts sent at once, each both streaming
+#             and not, give `tessera generate`'s greedy text for that prompt alone; a stop
+#             string; 12 hostile requests get JSON 4xx errors; /metrics counts every request
+#   queue     --max-running 1 on a wider model: a request queues behind a long stream, the
+#             stream's client hangs up, the request is cancelled and its KV blocks freed
+#   loading   /health is 503 until the model is in (tests/tools/serve_app_test.cpp, in-process)
+#   refusals  --tp 2, a bad --device, a port in use: one line, non-zero
+#   stop      SIGTERM stops the server, exit status 0
+set -uo pipefail
+tessera=$1 dir=$2
+here=$(cd "$(dirname "$0")" && pwd)
+fail() { echo "FAIL: $*" >&2; [ -f "$dir/serve.err" ] && cat "$dir/serve.err" >&2; exit 1; }
+pid=""
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null' EXIT  # never leave a server behind
+export OMP_NUM_THREADS=1
+source "$here/tiny_corpus.sh"
+tiny_corpus "$tessera" "$dir"
+cd "$dir" || fail "cd"
+"$tessera" train --train-data "data/data_train_*.bin" --tokenizer byte --run-dir run \
+  --model '{"n_layer": 2, "n_head": 2, "n_kv_head": 2, "n_embd": 32, "block_size": 64}' \
+  --batch-size 4 --seq-len 32 --max-steps 30 --log-every 30 --threads 1 --sample-tokens 0 \
+  >train.log 2>&1 || { cat train.log >&2; fail "train"; }
+
+# The references: each prompt alone through `tessera generate` (end-of-text ends it, as served).
+echo "{" >refs.json
+sep=""
+for p in "line 1" "line 2" "the quick" "lazy" "brown fox jumps"; do
+  echo "$p" >prompt.txt
+  out=$("$tessera" generate --model run --max-new-tokens 24 --temperature 0 \
+    --prompts-file prompt.txt 2>/dev/null) || fail "generate '$p'"
+  python3 -c "
+import json, sys
+row = json.loads(sys.argv[1])
+print(sys.argv[2] + json.dumps(row['prompt']) + ': ' + json.dumps({'text': row['completion'], 'finish_reason': row['finish_reason']}))" "$out" "$sep" >>refs.json
+  sep=","
+done
+echo "}" >>refs.json
+
+# start_server LOG ARGS...: starts `tessera serve` on a free port, waits for it to be ready
+# and sets $port and $pid.
+start_server() {
+  local log=$1
+  shift
+  "$tessera" serve --port 0 --threads 1 "$@" 2>"$log" &
+  pid=$!
+  for _ in $(seq 1 300); do
+    grep -q "serve: ready" "$log" && break
+    kill -0 $pid 2>/dev/null || fail "the server exited: $(cat "$log")"
+    sleep 0.1
+  done
+  grep -q "serve: ready" "$log" || fail "the server never got ready"
+  port=$(grep -o "127.0.0.1:[0-9]*" "$log" | head -1 | cut -d: -f2)
+}
+stop_server() {
+  kill -TERM $pid
+  wait $pid
+  local status=$?
+  pid=""
+  [ $status = 0 ] || fail "after SIGTERM the server exited with $status"
+}
+
+start_server serve.err --model run --max-body-bytes 4096
+python3 "$here/serve_client.py" answers "$port" refs.json || fail "answers"
+stop_server
+
+"$tessera" train --train-data "data/data_train_*.bin" --tokenizer byte --run-dir wide \
+  --model '{"n_layer": 4, "n_head": 4, "n_kv_head": 4, "n_embd": 256, "block_size": 1024}' \
+  --batch-size 1 --seq-len 32 --max-steps 1 --threads 1 --sample-tokens 0 \
+  >wide.log 2>&1 || { cat wide.log >&2; fail "train wide"; }
+start_server serve.err --model wide --max-running 1
+python3 "$here/serve_client.py" queue "$port" || fail "queue"
+stop_server
+
+refused() {  # refused "what it must say" args...
+  local says=$1 err
+  shift
+  if err=$("$tessera" serve "$@" 2>&1 >/dev/null); then fail "accepted: $*"; fi
+  echo "$err" | grep -qF -- "$says" || fail "for $* expected '$says', got: $err"
+}
+refused "--tp 2 is not supported yet" --model run --tp 2
+refused "--device must be cpu, cuda or cuda-sim, got 'tpu'" --model run --device tpu
+start_server serve.err --model run
+refused "cannot listen on 127.0.0.1:$port" --model run --port "$port"
+stop_server
+echo "serve_cli_test: concurrent = alone, hostile requests refused, metrics, queueing, cancel on hang-up"
