@@ -147,6 +147,11 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
   if (j.contains("seed") && !j["seed"].is_null())
     r.sampling.seed = uint64_t(integer_field(j, "seed", std::numeric_limits<int64_t>::min(), kMax));
   if (j.contains("stop")) r.stop = parse_stop(j["stop"]);
+  if (j.contains("ignore_eos") && !j["ignore_eos"].is_null()) {
+    if (!j["ignore_eos"].is_boolean())
+      throw bad("ignore_eos", "'ignore_eos' must be true or false, got " + dump(j["ignore_eos"]));
+    r.ignore_eos = j["ignore_eos"].get<bool>();
+  }
   if (j.contains("stream") && !j["stream"].is_null()) {
     if (!j["stream"].is_boolean())
       throw bad("stream", "'stream' must be true or false, got " + dump(j["stream"]));

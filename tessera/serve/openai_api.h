@@ -3,8 +3,8 @@
 // /v1/chat/completions, parsed and checked here so that every bad request becomes an ApiError
 // (a 4xx status and a message naming the field) and never reaches the engine.
 //
-// Accepted fields: prompt (a string) or messages, max_tokens, temperature, top_p, top_k (an
-// extension, as vLLM's), stop (a string or a list of up to 4), seed, stream, model, user.
+// Accepted fields: prompt (a string) or messages, max_tokens, temperature, top_p, top_k and
+// ignore_eos (vLLM's extensions), stop (a string or a list of up to 4), seed, stream, model, user.
 // Fields whose non-default value Tessera cannot honour (n > 1, logprobs, echo, best_of > 1,
 // tools, nonzero presence/frequency penalties, logit_bias) are refused with a 400 naming them,
 // never ignored; fields nobody defined are ignored, as OpenAI does.
@@ -46,6 +46,7 @@ struct CompletionRequest {
       max_tokens;                // absent: 16 for completions, the rest of the context for chat
   nn::SamplingOptions sampling;  // OpenAI's defaults: temperature 1, top_p 1, no top_k
   std::vector<std::string> stop;
+  bool ignore_eos = false;  // vLLM's extension: generate past the end-of-text token
   bool stream = false;
   std::string model;
 };

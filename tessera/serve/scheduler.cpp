@@ -44,6 +44,7 @@ void Scheduler::preempt(const std::shared_ptr<Sequence>& sequence, Iteration& it
 Iteration Scheduler::schedule() {
   Iteration it;
   int64_t budget = limits_.max_batch_tokens;
+  const bool may_admit = !limits_.static_batching || running_.empty();
   // The length of a sequence's next segment within the budget; 0 when it must wait.
   auto segment_length = [&](const Sequence& s) {
     const int64_t need = int64_t(s.tokens.size()) - s.computed;
@@ -72,7 +73,7 @@ Iteration Scheduler::schedule() {
     ++i;
   }
   // 2. Admissions, in arrival order, unless this iteration had to preempt (the cache is full).
-  while (it.preempted.empty() && !waiting_.empty() && budget > 0 &&
+  while (may_admit && it.preempted.empty() && !waiting_.empty() && budget > 0 &&
          num_running() < limits_.max_running) {
     const std::shared_ptr<Sequence> s = waiting_.front();
     const int64_t length = segment_length(*s);

@@ -83,6 +83,8 @@ TEST(OpenAiApi, RefusesBadBodiesByName) {
   expect_refused(R"({"prompt": "a", "stop": [""]})", false, "must not be empty", "stop");
   expect_refused(R"({"prompt": "a", "stream": "yes"})", false, "'stream' must be true or false",
                  "stream");
+  expect_refused(R"({"prompt": "a", "ignore_eos": 1})", false, "'ignore_eos' must be true or false",
+                 "ignore_eos");
   expect_refused(R"({"prompt": "a", "n": 2})", false, "'n' = 2 is not supported", "n");
   expect_refused(R"({"prompt": "a", "logprobs": 3})", false, "log-probabilities", "logprobs");
   expect_refused(R"({"prompt": "a", "presence_penalty": 0.5})", false, "no penalties",

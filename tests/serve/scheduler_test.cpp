@@ -152,6 +152,25 @@ TEST(Scheduler, KvWasteStaysUnderOneBlockPerSequence) {
   EXPECT_GT(checked, 1000);
 }
 
+// The baseline: nobody joins a batch until all of it has finished.
+TEST(Scheduler, StaticBatchingAdmitsOnlyIntoAnEmptyBatch) {
+  BlockAllocator blocks(64, 4);
+  Scheduler s({.max_batch_tokens = 64, .max_running = 2, .static_batching = true}, blocks);
+  s.add(sequence(1, 2));
+  s.add(sequence(2, 2));
+  s.add(sequence(3, 2));
+  Iteration it = s.schedule();
+  EXPECT_EQ(it.admitted, (std::vector<int64_t>{1, 2}));
+  run(s, it);
+  ASSERT_TRUE(s.remove(1));  // a slot frees up, but the batch is still running
+  it = s.schedule();
+  EXPECT_TRUE(it.admitted.empty());
+  EXPECT_EQ(it.segments.size(), 1u);
+  run(s, it);
+  ASSERT_TRUE(s.remove(2));
+  EXPECT_EQ(s.schedule().admitted, (std::vector<int64_t>{3}));
+}
+
 TEST(Scheduler, LimitsAreChecked) {
   BlockAllocator blocks(4, 4);
   EXPECT_THROW(Scheduler({.max_batch_tokens = 0}, blocks), Error);

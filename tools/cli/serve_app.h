@@ -12,6 +12,7 @@ namespace tessera::cli {
 
 struct ServeFlags {
   std::string model, tokenizer, device = "cpu", host = "127.0.0.1", chat_template, name;
+  std::string batching = "continuous";
   int port = 8000, tp = 1, threads = 0;
   int64_t kv_blocks = 0, block_size = 16, max_batch_tokens = 512, max_running = 32;
   int64_t max_body_bytes = 1 << 20;

@@ -126,7 +126,7 @@ void handle_completion(Service& s, const httplib::Request& req, httplib::Respons
       throw serve::ApiError(400, "the prompt encodes to no tokens", chat ? "messages" : "prompt");
     const int64_t budget =
         serve::completion_budget(r, int64_t(ids.size()), s.engine->context_length());
-    channel = std::make_shared<Channel>(*s.tokenizer, nn::StopConditions{true, stops});
+    channel = std::make_shared<Channel>(*s.tokenizer, nn::StopConditions{!r.ignore_eos, stops});
     serve::Request request;
     request.prompt = ids;
     request.max_tokens = budget;
@@ -254,6 +254,8 @@ ServeApp::ServeApp(ServeFlags flags) : state_(std::make_unique<State>()) {
   TESSERA_CHECK(f.block_size >= 1, "serve: --block-size must be positive, got ", f.block_size);
   TESSERA_CHECK(f.max_body_bytes >= 1, "serve: --max-body-bytes must be positive, got ",
                 f.max_body_bytes);
+  TESSERA_CHECK(f.batching == "continuous" || f.batching == "static",
+                "serve: --batching must be continuous or static, got '", f.batching, "'");
   TESSERA_CHECK(f.device == "cpu" || f.device == "cuda" || f.device == "cuda-sim",
                 "serve: --device must be cpu, cuda or cuda-sim, got '", f.device, "'");
   state_->service.chat_template = choose_chat_template(f);
@@ -306,7 +308,8 @@ void ServeApp::load() {
       .block_size = f.block_size,
       .limits = {.max_batch_tokens = f.max_batch_tokens,
                  .max_running = f.max_running,
-                 .chunked_prefill = !f.no_chunked_prefill}};
+                 .chunked_prefill = !f.no_chunked_prefill,
+                 .static_batching = f.batching == "static"}};
   s.engine = std::make_unique<serve::Engine>(*s.loaded->model, options);
   s.name = f.name.empty() ? std::filesystem::path(f.model).filename().string() : f.name;
   if (s.name.empty()) s.name = "tessera";
@@ -369,6 +372,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--block-size", f->block_size, "positions per KV-cache block");
   cmd->add_option("--max-batch-tokens", f->max_batch_tokens, "tokens per iteration");
   cmd->add_option("--max-running", f->max_running, "sequences in the running batch");
+  cmd->add_option("--batching", f->batching,
+                  "continuous (default) or static (a batch runs to its end before new requests "
+                  "join: the baseline of the load benchmark)");
   cmd->add_flag("--no-chunked-prefill", f->no_chunked_prefill,
                 "a prompt waits until it fits whole in one iteration");
   cmd->add_option("--max-body-bytes", f->max_body_bytes, "largest request body accepted");
