@@ -15,10 +15,7 @@ export OMP_NUM_THREADS=1
 source "$(dirname "$0")/tiny_corpus.sh"
 tiny_corpus "$tessera" "$dir"
 cd "$dir" || fail "cd"
-"$tessera" train --train-data "data/data_train_*.bin" --tokenizer byte --run-dir run \
-  --model '{"n_layer": 2, "n_head": 2, "n_kv_head": 2, "n_embd": 32, "block_size": 64}' \
-  --batch-size 4 --seq-len 32 --max-steps 30 --log-every 30 --threads 1 --sample-tokens 0 \
-  >train.log 2>&1 || { cat train.log >&2; fail "train"; }
+tiny_run "$tessera" || fail "train"
 greedy=(--model run --max-new-tokens 24 --temperature 0 --no-eos)
 full=$("$tessera" generate "${greedy[@]}" --prompt "line 1" 2>/dev/null) || fail "generate"
 continuation=${full#line 1}

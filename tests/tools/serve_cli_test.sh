@@ -5,6 +5,7 @@
 #             string; 12 hostile requests get JSON 4xx errors; /metrics counts every request
 #   queue     --max-running 1 on a wider model: a request queues behind a long stream, the
 #             stream's client hangs up, the request is cancelled and its KV blocks freed
+#   cuda-sim  --device cuda-sim serves the CPU's greedy text
 #   loading   /health is 503 until the model is in (tests/tools/serve_app_test.cpp, in-process)
 #   refusals  --tp 2, a bad --device, a port in use: one line, non-zero
 #   stop      SIGTERM stops the server, exit status 0
@@ -18,10 +19,7 @@ export OMP_NUM_THREADS=1
 source "$here/tiny_corpus.sh"
 tiny_corpus "$tessera" "$dir"
 cd "$dir" || fail "cd"
-"$tessera" train --train-data "data/data_train_*.bin" --tokenizer byte --run-dir run \
-  --model '{"n_layer": 2, "n_head": 2, "n_kv_head": 2, "n_embd": 32, "block_size": 64}' \
-  --batch-size 4 --seq-len 32 --max-steps 30 --log-every 30 --threads 1 --sample-tokens 0 \
-  >train.log 2>&1 || { cat train.log >&2; fail "train"; }
+tiny_run "$tessera" || fail "train"
 
 # The references: each prompt alone through `tessera generate` (end-of-text ends it, as served).
 echo "{" >refs.json
@@ -63,6 +61,20 @@ stop_server() {
 
 start_server serve.err --model run --max-body-bytes 4096
 python3 "$here/serve_client.py" answers "$port" refs.json || fail "answers"
+stop_server
+
+# The simulated GPU (every kernel, paged attention included, in the CPU simulator) serves the
+# CPU's greedy text.
+start_server serve.err --model run --device cuda-sim
+python3 - "$port" refs.json <<'PY' || fail "cuda-sim"
+import http.client, json, sys
+port, refs = int(sys.argv[1]), json.load(open(sys.argv[2]))
+for prompt, want in list(refs.items())[:2]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn.request("POST", "/v1/completions", json.dumps({"prompt": prompt, "max_tokens": 24, "temperature": 0}))
+    got = json.loads(conn.getresponse().read())["choices"][0]["text"]
+    assert got == want["text"], (prompt, got, want)
+PY
 stop_server
 
 "$tessera" train --train-data "data/data_train_*.bin" --tokenizer byte --run-dir wide \
