@@ -26,6 +26,7 @@
 #include "tessera/core/ops/movement.h"
 #include "tessera/core/ops/norm.h"
 #include "tessera/core/ops/paged_attention.h"
+#include "tessera/core/ops/quantized_linear.h"
 #include "tessera/core/ops/optim.h"
 #include "tessera/core/ops/random_ops.h"
 #include "tessera/core/ops/reduction.h"

@@ -154,6 +154,11 @@ Tensor CausalSelfAttention::forward_paged(const Tensor& x, PagedLayerKV& pool,
   return apply_dropout(*resid_dropout_, out, false, tp_.get());
 }
 
+void CausalSelfAttention::quantize_q8() {
+  c_attn_->quantize_q8();
+  c_proj_->quantize_q8();
+}
+
 MLP::MLP(const LayerContext& ctx) : tp_(or_local(ctx.tp)), kind_(ctx.config->mlp) {
   const GPTConfig& cfg = *ctx.config;
   const int64_t c = cfg.n_embd, h = cfg.ffn_dim();
@@ -169,6 +174,11 @@ MLP::MLP(const LayerContext& ctx) : tp_(or_local(ctx.tp)), kind_(ctx.config->mlp
       register_module("c_proj", make_linear(ctx, "c_proj", h, c, residual_init_std(cfg), row));
   dropout_ = register_module(
       "dropout", std::make_shared<Dropout>(cfg.dropout, ctx.dropout, ctx.layer, kSiteMlp));
+}
+
+void MLP::quantize_q8() {
+  for (const auto& layer : {c_fc_, w_gate_, w_up_, c_proj_})
+    if (layer) layer->quantize_q8();
 }
 
 Tensor MLP::forward(const Tensor& x, bool sequence_sharded) const {
@@ -189,9 +199,7 @@ Tensor MLP::forward(const Tensor& x, bool sequence_sharded) const {
   } else {
     const Tensor gate = w_gate_->forward(in), up = w_up_->forward(in);
     out = c_proj_->forward_product(
-        [&](const Tensor& w, const Tensor& b) {
-          return linear_recomputing_swiglu(gate, up, w, b);
-        },
+        [&](const Tensor& w, const Tensor& b) { return linear_recomputing_swiglu(gate, up, w, b); },
         sequence_sharded);
   }
   return apply_dropout(*dropout_, out, sequence_sharded, tp_.get());
@@ -228,6 +236,11 @@ Tensor Block::forward(const Tensor& x, LayerKV* kv, int64_t pos) const {
         return std::vector<Tensor>{forward_body(in[0], nullptr, 0)};
       },
       {x})[0];
+}
+
+void Block::quantize_q8() {
+  attn_->quantize_q8();
+  mlp_->quantize_q8();
 }
 
 Tensor Block::forward_paged(const Tensor& x, PagedLayerKV& pool, const PagedBatch& batch) const {

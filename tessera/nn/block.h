@@ -54,6 +54,8 @@ class CausalSelfAttention : public Module {
   // its sequence's keys up to its position through the block tables (ops::paged_attention).
   // Replicated x under tensor parallelism, as in cached decoding.
   Tensor forward_paged(const Tensor& x, PagedLayerKV& pool, const PagedBatch& batch) const;
+  // Weight-only INT8 for c_attn and c_proj (Linear::quantize_q8).
+  void quantize_q8();
   // This rank's query and key/value heads (all of them without tensor parallelism).
   int64_t local_heads() const { return n_head_; }
   int64_t local_kv_heads() const { return n_kv_head_; }
@@ -73,6 +75,8 @@ class MLP : public Module {
   // x [..., C] -> [..., C]. sequence_sharded (tensor parallelism only): x is this rank's
   // sequence shard [B, T / tp, C], and so is the result.
   Tensor forward(const Tensor& x, bool sequence_sharded = false) const;
+  // Weight-only INT8 for every linear layer (Linear::quantize_q8).
+  void quantize_q8();
   // Whether c_proj saves the activation's input and applies the activation again in backward
   // (selective recomputation, recompute.h) instead of saving its output.
   void set_recompute_activation(bool on) { recompute_activation_ = on; }
@@ -106,6 +110,8 @@ class Block : public Module {
   Tensor forward(const Tensor& x, LayerKV* kv = nullptr, int64_t pos = 0) const;
   // See CausalSelfAttention::forward_paged.
   Tensor forward_paged(const Tensor& x, PagedLayerKV& pool, const PagedBatch& batch) const;
+  // Weight-only INT8 for the attention's and the MLP's linear layers.
+  void quantize_q8();
   // What this block keeps for backward (recompute.h). full applies to this block; selective
   // to its MLP.
   void set_recompute(RecomputeMode mode);

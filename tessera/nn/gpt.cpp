@@ -107,6 +107,10 @@ GPT::GPT(const GPTConfig& config, DType dtype, ModelParallel parallel)
     blocks_.push_back(std::make_shared<Block>(ctx));
     h->append(blocks_.back(), i);
   }
+  // A quantized config builds quantized blocks (from the drawn weights; a checkpoint's values
+  // then replace them).
+  if (config_.quantization == "q8_0")
+    for (const auto& block : blocks_) block->quantize_q8();
   if (!stage.has_head) return;
   ln_f_ = register_module("ln_f", make_norm(config_, dtype, tp_));
   if (!config_.tie_embeddings) {
@@ -229,6 +233,18 @@ Tensor GPT::run_blocks(Tensor x, KVCache* cache, int64_t pos) const {
   return x;
 }
 
+std::vector<std::string> GPT::quantize_q8() {
+  TESSERA_CHECK(config_.quantization.empty(), "GPT: the model is already quantized (",
+                config_.quantization, ")");
+  for (const auto& block : blocks_) block->quantize_q8();
+  config_.quantization = "q8_0";
+  std::vector<std::string> names;
+  for (const auto& [name, t] : named_buffers())
+    if (name.size() > 10 && name.compare(name.size() - 10, 10, ".weight_q8") == 0)
+      names.push_back(name.substr(0, name.size() - 3));
+  return names;
+}
+
 void GPT::set_recompute(const Recompute& recompute) {
   TESSERA_CHECK(recompute.mode == RecomputeMode::full || recompute.num_layers < 0,
                 "GPT: a recompute layer count (", recompute.num_layers, ") applies to full ",
@@ -237,7 +253,7 @@ void GPT::set_recompute(const Recompute& recompute) {
                 "or at least 0, got ", recompute.num_layers);
   recompute_ = recompute;
   for (size_t i = 0; i < blocks_.size(); ++i)
-    blocks_[i]->set_recompute(recompute.mode != RecomputeMode::full ? recompute.mode
+    blocks_[i]->set_recompute(recompute.mode != RecomputeMode::full    ? recompute.mode
                               : recompute.recomputes_block(int64_t(i)) ? RecomputeMode::full
                                                                        : RecomputeMode::none);
 }

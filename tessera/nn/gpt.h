@@ -147,6 +147,12 @@ class GPT : public Module {
   void set_recompute(const Recompute& recompute);
   const Recompute& recompute() const { return recompute_; }
 
+  // Weight-only INT8 (Q8_0) for every block's linear layers, in place: config().quantization
+  // becomes "q8_0" and each weight "h.{i}....weight" becomes the buffers weight_q8 and
+  // weight_scale (Linear::quantize_q8). Embeddings, norms and the head stay. Returns the names
+  // of the weights it quantized. Inference only from then on.
+  std::vector<std::string> quantize_q8();
+
   // The parameter count of `config` without building it (GPT-2 d48 is 6 GB in f32).
   static int64_t count_parameters(const GPTConfig& config);
 

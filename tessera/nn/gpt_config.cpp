@@ -97,26 +97,30 @@ void GPTConfig::validate() const {
                 dropout);
   TESSERA_CHECK(norm_eps > 0.0, "config: norm_eps must be positive, got ", norm_eps);
   TESSERA_CHECK(rope_theta > 0.0, "config: rope_theta must be positive, got ", rope_theta);
+  TESSERA_CHECK(quantization.empty() || quantization == "q8_0",
+                "config: quantization must be \"\" or \"q8_0\", got '", quantization, "'");
 }
 
 nlohmann::json GPTConfig::to_json() const {
-  return {{"vocab_size", vocab_size},
-          {"vocab_multiple", vocab_multiple},
-          {"block_size", block_size},
-          {"n_layer", n_layer},
-          {"n_head", n_head},
-          {"n_kv_head", n_kv_head},
-          {"n_embd", n_embd},
-          {"ffn_hidden", ffn_hidden},
-          {"norm", norm_name(norm)},
-          {"mlp", mlp_name(mlp)},
-          {"position", position_name(position)},
-          {"tie_embeddings", tie_embeddings},
-          {"bias", bias},
-          {"dropout", dropout},
-          {"norm_eps", norm_eps},
-          {"rope_theta", rope_theta},
-          {"init_seed", init_seed}};
+  nlohmann::json j = {{"vocab_size", vocab_size},
+                      {"vocab_multiple", vocab_multiple},
+                      {"block_size", block_size},
+                      {"n_layer", n_layer},
+                      {"n_head", n_head},
+                      {"n_kv_head", n_kv_head},
+                      {"n_embd", n_embd},
+                      {"ffn_hidden", ffn_hidden},
+                      {"norm", norm_name(norm)},
+                      {"mlp", mlp_name(mlp)},
+                      {"position", position_name(position)},
+                      {"tie_embeddings", tie_embeddings},
+                      {"bias", bias},
+                      {"dropout", dropout},
+                      {"norm_eps", norm_eps},
+                      {"rope_theta", rope_theta},
+                      {"init_seed", init_seed}};
+  if (!quantization.empty()) j["quantization"] = quantization;
+  return j;
 }
 
 GPTConfig GPTConfig::from_json(const nlohmann::json& j, const GPTConfig& base) {
@@ -174,7 +178,10 @@ GPTConfig GPTConfig::from_json(const nlohmann::json& j, const GPTConfig& base) {
       number(c.norm_eps);
     else if (key == "rope_theta")
       number(c.rope_theta);
-    else if (key == "init_seed") {
+    else if (key == "quantization") {
+      TESSERA_CHECK(v.is_string(), "config: 'quantization' must be a string, got ", v.dump());
+      c.quantization = v.get<std::string>();
+    } else if (key == "init_seed") {
       TESSERA_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
                     "config: 'init_seed' must be a non-negative integer, got ", v.dump());
       c.init_seed = v.get<uint64_t>();

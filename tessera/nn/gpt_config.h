@@ -32,6 +32,10 @@ struct GPTConfig {
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
   uint64_t init_seed = 1337;
+  // How the blocks' linear weights are stored: "" (full precision) or "q8_0" (weight-only
+  // INT8, ops/quantized_linear.h; inference only). Embeddings, norms and the head stay as
+  // they are.
+  std::string quantization;
 
   int64_t padded_vocab_size() const;
   int64_t head_dim() const { return n_embd / n_head; }

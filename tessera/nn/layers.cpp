@@ -11,6 +11,7 @@
 #include "tessera/autograd/functions/matmul.h"
 #include "tessera/autograd/functions/movement.h"
 #include "tessera/autograd/functions/norm.h"
+#include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
@@ -52,14 +53,33 @@ Tensor Linear::forward(const Tensor& x) const {
   return forward(x, false);
 }
 
+void Linear::quantize_q8() {
+  TESSERA_CHECK(!quantized(), "Linear: already quantized");
+  TESSERA_CHECK(shard_ == ShardKind::replicated,
+                "Linear: quantized weights with tensor parallelism are not supported");
+  TESSERA_CHECK(weight_.size(1) % 32 == 0, "Linear: Q8_0 needs an input width that is a ",
+                "multiple of 32, got weight ", weight_.describe());
+  q8_ = ops::quantize_q8(weight_);
+  unregister_parameter("weight");
+  weight_ = Tensor();
+  register_buffer("weight_q8", q8_.q8);
+  register_buffer("weight_scale", q8_.scale);
+}
+
 Tensor Linear::forward(const Tensor& x, bool sequence_sharded) const {
-  return forward_product(
-      [&](const Tensor& w, const Tensor& b) { return linear(x, w, b); }, sequence_sharded);
+  if (quantized()) {
+    TESSERA_CHECK(!is_grad_enabled(), "Linear: a quantized layer is for inference; run under ",
+                  "NoGradGuard (weights ", q8_.q8.describe(), ")");
+    return ops::linear_q8(x, q8_, bias_);
+  }
+  return forward_product([&](const Tensor& w, const Tensor& b) { return linear(x, w, b); },
+                         sequence_sharded);
 }
 
 Tensor Linear::forward_product(
     const std::function<Tensor(const Tensor& weight, const Tensor& bias)>& product,
     bool sequence_sharded) const {
+  TESSERA_CHECK(!quantized(), "Linear: a quantized layer runs forward() only");
   TESSERA_CHECK(!sequence_sharded || shard_ == ShardKind::cols,
                 "Linear: only a row-parallel layer takes sequence_sharded");
   if (shard_ != ShardKind::cols) return product(weight_, bias_);
@@ -70,7 +90,7 @@ Tensor Linear::forward_product(
 }
 
 Tensor Linear::forward_gelu(const Tensor& x) const {
-  if (shard_ == ShardKind::cols) return gelu(forward(x, false));
+  if (shard_ == ShardKind::cols || quantized()) return gelu(forward(x, false));
   return linear_gelu(x, weight_, bias_);
 }
 
@@ -96,9 +116,8 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, const InitSpec& init, 
   TESSERA_CHECK(meta.segments.size() == 1 && meta.segments[0] == num_embeddings,
                 "Embedding: a vocab-parallel table splits its ", num_embeddings,
                 " rows as one segment");
-  weight_ = register_parameter("weight", shard_of(w, meta, tp_->rank(), tp_->size(),
-                                                  "Embedding weight"),
-                               meta);
+  weight_ = register_parameter(
+      "weight", shard_of(w, meta, tp_->rank(), tp_->size(), "Embedding weight"), meta);
   vocab_start_ = int64_t(tp_->rank()) * weight_.size(0);
 }
 
@@ -175,8 +194,7 @@ Tensor Dropout::forward(const Tensor& x) const {
 }
 
 Tensor Dropout::forward(const Tensor& x, int64_t seq_start, int64_t seq_total) const {
-  TESSERA_CHECK(x.defined() && x.dim() >= 2 && seq_start >= 0 &&
-                    seq_start + x.size(1) <= seq_total,
+  TESSERA_CHECK(x.defined() && x.dim() >= 2 && seq_start >= 0 && seq_start + x.size(1) <= seq_total,
                 "Dropout: ", describe(x), " is not a slice of dim 1 of a sequence of ", seq_total,
                 " from position ", seq_start);
   if (!is_training() || p_ == 0.0) return x;
@@ -186,8 +204,8 @@ Tensor Dropout::forward(const Tensor& x, int64_t seq_start, int64_t seq_total) c
   const int64_t inner = x.numel() / (x.size(0) * x.size(1));
   std::vector<Tensor> rows;
   for (int64_t b = 0; b < x.size(0); ++b)
-    rows.push_back(dropout(narrow(x, 0, b, 1), p_, key(),
-                           uint64_t((b * seq_total + seq_start) * inner)));
+    rows.push_back(
+        dropout(narrow(x, 0, b, 1), p_, key(), uint64_t((b * seq_total + seq_start) * inner)));
   return cat(rows, 0);
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <utility>
 
+#include "tessera/core/ops/quantized_linear.h"
 #include "tessera/core/tensor.h"
 #include "tessera/nn/init.h"
 #include "tessera/nn/module.h"
@@ -51,11 +52,20 @@ class Linear : public Module {
   Tensor forward_product(
       const std::function<Tensor(const Tensor& weight, const Tensor& bias)>& product,
       bool sequence_sharded = false) const;
-  const Tensor& weight() const { return weight_; }
-  const Tensor& bias() const { return bias_; }  // undefined without bias
+  const Tensor& weight() const { return weight_; }  // undefined once quantized
+  const Tensor& bias() const { return bias_; }      // undefined without bias
+
+  // Weight-only INT8 (ops/quantized_linear.h, Q8_0): the weight parameter becomes the buffers
+  // weight_q8 and weight_scale, and forward runs ops::linear_q8 (the bias stays). Inference
+  // only: a forward with gradients on throws. Throws for a tensor-parallel layer and for an
+  // input width that is no multiple of 32.
+  void quantize_q8();
+  bool quantized() const { return q8_.q8.defined(); }
+  const ops::Q8Weight& q8_weight() const { return q8_; }
 
  private:
   Tensor weight_, bias_;
+  ops::Q8Weight q8_;
   std::shared_ptr<TensorParallelOps> tp_;
   ShardKind shard_ = ShardKind::replicated;
 };

@@ -56,6 +56,16 @@ Tensor Module::register_parameter(const std::string& name, const Tensor& value,
   return value;
 }
 
+void Module::unregister_parameter(const std::string& name) {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].first == name) {
+      params_.erase(params_.begin() + int64_t(i));
+      metas_.erase(metas_.begin() + int64_t(i));
+      return;
+    }
+  detail::throw_error("module: no parameter '", name, "' to remove");
+}
+
 Tensor Module::register_buffer(const std::string& name, const Tensor& value) {
   check_new_name(name);
   TESSERA_CHECK(value.defined(), "register_buffer: '", name, "' is undefined");

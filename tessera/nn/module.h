@@ -68,6 +68,9 @@ class Module {
   // A parameter that is a tensor-parallel shard (or a tied copy): see ParamMeta.
   Tensor register_parameter(const std::string& name, const Tensor& value, const ParamMeta& meta);
   Tensor register_buffer(const std::string& name, const Tensor& value);
+  // Removes a parameter of this module (a layer changing how it stores a weight); throws
+  // naming it if there is none.
+  void unregister_parameter(const std::string& name);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     add_child(name, module);

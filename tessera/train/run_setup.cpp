@@ -91,6 +91,8 @@ nn::GPTConfig resolve_config(const TrainOptions& o, const data::Tokenizer& token
                 tokenizer.vocab_size(), " ids but the model's vocab_size is ", c.vocab_size);
   TESSERA_CHECK(o.seq_len <= c.block_size, "train: --seq-len ", o.seq_len,
                 " exceeds the model's block_size ", c.block_size);
+  TESSERA_CHECK(c.quantization.empty(), "train: the model's weights are quantized (",
+                c.quantization, "), which is for inference; train the full-precision model");
   return c;
 }
 

@@ -32,6 +32,12 @@ void sharpen(nn::GPT& model) {
     if (p.dim() == 2) ops::mul_(p, name.find("wte") != std::string::npos ? 30.0 : 12.0);
 }
 
+// A quantized model has no full-precision block weights to scale: its embeddings and head are.
+void sharpen_embeddings(nn::GPT& model) {
+  for (const auto& [name, p] : model.named_parameters())
+    if (p.dim() == 2) ops::mul_(p, 30.0);
+}
+
 std::vector<int32_t> prompt_of(int64_t length, int64_t vocab, uint64_t seed) {
   std::vector<int32_t> ids;
   const std::vector<int64_t> v =
@@ -127,6 +133,26 @@ TEST(Engine, ConcurrentGreedyEqualsAloneUnderPreemption) {
       longer(tiny_llama()),
       {.num_blocks = 24, .block_size = 4, .limits = {.max_batch_tokens = 64, .max_running = 8}},
       true);
+}
+
+// A Q8_0 model through the paged path: every linear layer runs ops::linear_q8, whose rows are
+// computed independently too.
+TEST(Engine, QuantizedModelServedEqualsAlone) {
+  nn::GPTConfig config = longer(tiny_llama());
+  config.quantization = "q8_0";
+  nn::GPT model(config);
+  sharpen_embeddings(model);
+  Engine engine(model, {.num_blocks = 64, .block_size = 4, .limits = {.max_batch_tokens = 16}});
+  Served served;
+  std::map<int64_t, std::vector<int32_t>> expected;
+  for (int64_t k = 0; k < 5; ++k) {
+    const std::vector<int32_t> p = prompt_of(2 + 5 * k, config.vocab_size, uint64_t(70 + k));
+    expected[k] = alone(model, p, 10, {.temperature = 0.0});
+    engine.submit(request(p, 10, served, k));
+  }
+  while (engine.step()) {
+  }
+  for (const auto& [k, want] : expected) EXPECT_EQ(served.tokens[k], want) << "request " << k;
 }
 
 TEST(Engine, SeededSamplingEqualsGenerate) {

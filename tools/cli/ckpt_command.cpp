@@ -99,6 +99,9 @@ void convert(const std::string& spec, const std::string& to, const std::string& 
   LiveLine line;
   line.update(str_cat("ckpt: reading ", spec), /*force=*/true);
   LoadedModel m = load_model(spec, n_head);
+  TESSERA_CHECK(m.config.quantization.empty(), "ckpt convert: ", spec, " holds quantized (",
+                m.config.quantization, ") weights, which --to ", to,
+                " cannot store; convert the full-precision model");
   nn::StateDict weights = m.model->state_dict();
   line.update(
       str_cat("ckpt: writing ", to, " (", m.model->num_parameters(), " parameters) to ", output),
@@ -169,6 +172,7 @@ void add_ckpt_command(CLI::App& app) {
   conv->add_flag("--bf16", f->bf16, "llmc: write bf16 weights (version 5)");
   conv->add_option("--n-head", f->n_head, "heads of HF weights without a config.json");
   conv->callback([f] { convert(f->spec, f->to, f->output, f->bf16, f->n_head, f->shards); });
+  add_ckpt_quantize_command(*cmd);
 }
 
 }  // namespace tessera::cli

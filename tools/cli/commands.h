@@ -20,5 +20,7 @@ void add_diagnose_command(CLI::App& app);
 void add_trace_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+// `tessera ckpt quantize`, a subcommand of ckpt (ckpt_quantize.cpp).
+void add_ckpt_quantize_command(CLI::App& ckpt);
 
 }  // namespace tessera::cli

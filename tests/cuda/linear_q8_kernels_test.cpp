@@ -1,0 +1,66 @@
+// The Q8_0 linear launcher on the device under test against the CPU backend on the same
+// buffers: M across the kernel's 8-row passes, K with fewer and more 32-blocks than threads,
+// with and without bias, every floating dtype; and the operand checks.
+
+#include <gtest/gtest.h>
+
+#include "tessera/core/ops/quantized_linear.h"
+#include "tests/cuda/device_kernels.h"
+#include "tests/cuda/mirror_tensor.h"
+#include "tests/cuda/sim_test_util.h"
+
+namespace tessera::cuda {
+namespace {
+
+using testing::cpu_backend;
+using testing::device_copy;
+using testing::expect_near;
+using testing::kernels;
+using testing::Mirror;
+using testing::mirror;
+
+// Both sum a block's 32 products in the compute type, the CPU in 8 lanes then a tree, the
+// device in k order, and the blocks' sums in k order on the CPU, in a 128-thread tree on the
+// device: f32 round-off of sums of up to 10,240 products of O(1): 2e-5 relative. f64 1e-12.
+// bf16 / f16: a last-bit difference can flip the final rounding, one ulp (doubled).
+double rtol_for(DType dtype) {
+  return dtype == DType::f64    ? 1e-12
+         : dtype == DType::bf16 ? 2.0 / 256.0
+         : dtype == DType::f16  ? 2.0 / 2048.0
+                                : 2e-5;
+}
+
+TEST(LinearQ8Kernels, MatchCpu) {
+  struct Case {
+    int64_t M, K, N;
+    bool bias;
+  };
+  const Case cases[] = {
+      {1, 32, 7, false}, {8, 96, 5, true}, {9, 4096, 3, true}, {20, 10240, 2, false}};
+  uint64_t seed = 1;
+  for (const Case& c : cases)
+    for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+      const std::string what =
+          str_cat("linear_q8 M=", c.M, " K=", c.K, " N=", c.N, " ", dtype_name(dtype));
+      const ops::Q8Weight w = ops::quantize_q8(randn(Shape{c.N, c.K}, default_generator()));
+      const Tensor q8 = device_copy(w.q8), scale = device_copy(w.scale);
+      Mirror x = mirror(Shape{c.M, c.K}, dtype, seed++);
+      Mirror b = mirror(Shape{c.N}, dtype, seed++);
+      Mirror out = mirror(Shape{c.M, c.N}, dtype, seed++);
+      cpu_backend().linear_q8(x.host, w.q8, w.scale, c.bias ? b.host : Tensor(), out.host);
+      kernels().linear_q8(x.dev, q8, scale, c.bias ? b.dev : Tensor(), out.dev);
+      expect_near(out, rtol_for(dtype), rtol_for(dtype), what);
+    }
+}
+
+TEST(LinearQ8Kernels, RejectsBadOperands) {
+  const ops::Q8Weight w = ops::quantize_q8(randn(Shape{4, 64}, default_generator()));
+  const Tensor q8 = device_copy(w.q8), scale = device_copy(w.scale);
+  Mirror x = mirror(Shape{2, 32}, DType::f32, 1);  // K 32 against the weight's 64
+  Mirror out = mirror(Shape{2, 4}, DType::f32, 2);
+  testing::expect_error([&] { kernels().linear_q8(x.dev, q8, scale, Tensor(), out.dev); },
+                        {"cuda linear_q8", "K % 32 == 0"});
+}
+
+}  // namespace
+}  // namespace tessera::cuda

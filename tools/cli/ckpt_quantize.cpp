@@ -1,0 +1,118 @@
+// `tessera ckpt quantize --to int8`: a model's block linear weights to Q8_0 (weight-only INT8,
+// ops/quantized_linear.h), written as a run directory that generate and serve load like any
+// other. With --eval-data, the validation loss and perplexity before and after, on the same
+// batches.
+
+#include <cmath>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "tessera/data/loader.h"
+#include "tessera/tessera.h"
+#include "tessera/train/detail/model_source.h"
+
+namespace tessera::cli {
+
+namespace {
+
+struct QuantizeFlags {
+  std::string spec, to, output, eval_data;
+  int64_t eval_batches = 8, batch_size = 8, seq_len = 0, n_head = 0;
+};
+
+int64_t bytes_of(const Tensor& t) {
+  return t.numel() * int64_t(dtype_size(t.dtype()));
+}
+
+// Mean next-token loss over the first `batches` batches of `pattern`, in order.
+double mean_loss(nn::GPT& model, const QuantizeFlags& f, int64_t seq_len) {
+  data::LoaderOptions lo;
+  lo.batch_size = f.batch_size;
+  lo.seq_len = seq_len;
+  lo.shuffle = false;
+  lo.vocab_size = model.config().vocab_size;
+  data::DataLoader val(f.eval_data, lo);
+  const int64_t n = std::min<int64_t>(f.eval_batches, val.batches_per_epoch());
+  TESSERA_CHECK(n >= 1, "ckpt quantize: ", f.eval_data, " holds no batch of ", f.batch_size, " x ",
+                seq_len, " tokens");
+  NoGradGuard no_grad;
+  model.eval();
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const data::Batch b = val.next();
+    total += model.loss(b.inputs, b.targets).item<double>();
+  }
+  return total / double(n);
+}
+
+void quantize(const QuantizeFlags& f) {
+  TESSERA_CHECK(f.to == "int8", "ckpt quantize: --to must be int8, got '", f.to, "'");
+  TESSERA_CHECK(f.eval_batches >= 1 && f.batch_size >= 1, "ckpt quantize: --eval-batches and ",
+                "--batch-size must be positive");
+  train::LoadedModel m = train::load_model(f.spec, f.n_head);
+  const int64_t seq_len = f.seq_len > 0 ? f.seq_len : std::min<int64_t>(m.config.block_size, 256);
+  TESSERA_CHECK(seq_len <= m.config.block_size, "ckpt quantize: --seq-len ", seq_len,
+                " exceeds the model's block_size ", m.config.block_size);
+  const nn::StateDict before = m.model->state_dict();
+  int64_t bytes_before = 0;
+  for (const auto& [name, t] : before) bytes_before += bytes_of(t);
+  std::optional<double> loss_before;
+  if (!f.eval_data.empty()) loss_before = mean_loss(*m.model, f, seq_len);
+
+  const std::vector<std::string> names = m.model->quantize_q8();
+  const nn::StateDict after = m.model->state_dict();
+  int64_t bytes_after = 0, q_before = 0, q_after = 0;
+  for (const auto& [name, t] : after) {
+    bytes_after += bytes_of(t);
+    if (name.ends_with(".weight_q8") || name.ends_with(".weight_scale")) q_after += bytes_of(t);
+  }
+  for (const std::string& name : names) q_before += bytes_of(nn::find_tensor(before, name));
+
+  nn::CheckpointData data;
+  data.step = m.step;
+  data.model = after;
+  data.state = m.state.is_object() ? m.state : nlohmann::json::object();
+  data.state["model_config"] = m.config.to_json();
+  data.state["model_config"]["quantization"] = "q8_0";
+  data.state.erase("optimizer");  // inference only: nothing to resume
+  data.state["quantized_from"] = m.path;
+  if (!data.state.contains("tokenizer") && !m.tokenizer.empty())
+    data.state["tokenizer"] = data::tokenizer_record(m.tokenizer);
+  const std::string dir = nn::save_checkpoint(f.output, data);
+
+  std::cout << "ckpt: quantized " << names.size() << " linear weights to Q8_0 (int8, an f16 "
+            << "scale per 32): " << q_before << " -> " << q_after << " bytes ("
+            << double(q_before) / double(q_after) << "x); the whole model " << bytes_before
+            << " -> " << bytes_after << " bytes (" << double(bytes_before) / double(bytes_after)
+            << "x); embeddings, norms and the head unchanged\n";
+  if (loss_before) {
+    const double loss_after = mean_loss(*m.model, f, seq_len);
+    std::cout << "ckpt: validation loss over " << f.eval_batches << " batches of " << f.batch_size
+              << " x " << seq_len << ": " << *loss_before << " -> " << loss_after << "; perplexity "
+              << std::exp(*loss_before) << " -> " << std::exp(loss_after) << " ("
+              << (std::exp(loss_after) - std::exp(*loss_before) >= 0 ? "+" : "")
+              << std::exp(loss_after) - std::exp(*loss_before) << ")\n";
+  }
+  std::cout << "ckpt: wrote " << dir << "\n";
+}
+
+}  // namespace
+
+void add_ckpt_quantize_command(CLI::App& ckpt) {
+  auto f = std::make_shared<QuantizeFlags>();
+  CLI::App* cmd = ckpt.add_subcommand(
+      "quantize",
+      "Write a model with weight-only INT8 linear layers (Q8_0), for generate and serve");
+  cmd->add_option("model", f->spec, "run dir, checkpoint dir or HF weights")->required();
+  cmd->add_option("--to", f->to, "int8 (Q8_0: int8 weights, an f16 scale per 32)")->required();
+  cmd->add_option("--output", f->output, "a run directory to write")->required();
+  cmd->add_option("--eval-data", f->eval_data,
+                  "token shards (a glob) to measure the loss on, before and after");
+  cmd->add_option("--eval-batches", f->eval_batches, "batches to measure on");
+  cmd->add_option("--batch-size", f->batch_size, "sequences per batch");
+  cmd->add_option("--seq-len", f->seq_len, "tokens per sequence (default min(block_size, 256))");
+  cmd->add_option("--n-head", f->n_head, "heads of HF weights without a config.json");
+  cmd->callback([f] { quantize(*f); });
+}
+
+}  // namespace tessera::cli
