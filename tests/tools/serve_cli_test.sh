@@ -6,6 +6,7 @@
 #   queue     --max-running 1 on a wider model: a request queues behind a long stream, the
 #             stream's client hangs up, the request is cancelled and its KV blocks freed
 #   cuda-sim  --device cuda-sim serves the CPU's greedy text
+#   int8      ckpt quantize --to int8 (with the loss before and after), generate and serve it
 #   loading   /health is 503 until the model is in (tests/tools/serve_app_test.cpp, in-process)
 #   refusals  --tp 2, a bad --device, a port in use: one line, non-zero
 #   stop      SIGTERM stops the server, exit status 0
@@ -85,6 +86,28 @@ start_server serve.err --model wide --max-running 1
 python3 "$here/serve_client.py" queue "$port" || fail "queue"
 stop_server
 
+# INT8: ckpt quantize writes a run that generate and serve load; the loss is measured before
+# and after on the same batches; what cannot apply is refused.
+"$tessera" ckpt quantize run --to int8 --output run-int8 --eval-data "data/data_val_*.bin" \
+  --eval-batches 2 --batch-size 2 --seq-len 32 >quantize.log 2>&1 || { cat quantize.log >&2; fail "quantize"; }
+grep -q "quantized 8 linear weights to Q8_0" quantize.log || fail "quantize: $(cat quantize.log)"
+grep -q "validation loss over 2 batches of 2 x 32" quantize.log || fail "quantize: $(cat quantize.log)"
+"$tessera" generate --model run-int8 --prompt "line 1" --max-new-tokens 8 --temperature 0 \
+  >/dev/null 2>&1 || fail "generate from the quantized run"
+start_server serve.err --model run-int8
+python3 - "$port" <<'PY' || fail "serving the quantized run"
+import http.client, json, sys
+conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=60)
+conn.request("POST", "/v1/completions", json.dumps({"prompt": "line 1", "max_tokens": 8, "temperature": 0}))
+r = conn.getresponse()
+assert r.status == 200 and json.loads(r.read())["usage"]["completion_tokens"] >= 1
+PY
+stop_server
+err=$("$tessera" ckpt quantize run --to int4 --output x 2>&1) && fail "--to int4 accepted"
+echo "$err" | grep -qF "ckpt quantize: --to must be int8, got 'int4'" || fail "int4: $err"
+err=$("$tessera" ckpt convert run-int8 --to hf --output x 2>&1) && fail "converted a quantized run"
+echo "$err" | grep -qF "holds quantized (q8_0) weights" || fail "convert: $err"
+
 refused() {  # refused "what it must say" args...
   local says=$1 err
   shift
@@ -96,4 +119,4 @@ refused "--device must be cpu, cuda or cuda-sim, got 'tpu'" --model run --device
 start_server serve.err --model run
 refused "cannot listen on 127.0.0.1:$port" --model run --port "$port"
 stop_server
-echo "serve_cli_test: concurrent = alone, hostile requests refused, metrics, queueing, cancel on hang-up"
+echo "serve_cli_test: concurrent = alone, hostile requests refused, metrics, queueing, cancel on hang-up, cuda-sim, int8"
