@@ -23,6 +23,17 @@ inline Tensor host_randn(const Shape& shape, DType dtype, uint64_t seed, double 
   return ops::cast(randn(shape, gen, DType::f32, Device::cpu(), 0.0, std), dtype);
 }
 
+// The relative tolerance of a kernel whose f32 and f64 results differ from the CPU's by
+// round-off (the caller's f32 and f64 bounds, derived where it is used) and whose 16-bit
+// results are those f32 values rounded: a last-bit difference can flip the final rounding, one
+// ulp of bf16 / f16 (2^-8 / 2^-11), doubled.
+inline double rtol_by_dtype(DType dtype, double f32, double f64) {
+  return dtype == DType::f64    ? f64
+         : dtype == DType::bf16 ? 2.0 / 256.0
+         : dtype == DType::f16  ? 2.0 / 2048.0
+                                : f32;
+}
+
 // Expects |got - ref| <= atol + rtol * |ref| element-wise (both on the host, same shape; any
 // dtypes, compared in double). NaN matches only NaN; infinities must match exactly.
 inline void expect_close(const Tensor& got, const Tensor& ref, double atol, double rtol,

@@ -6,6 +6,7 @@
 
 #include "tessera/core/ops/quantized_linear.h"
 #include "tests/cuda/device_kernels.h"
+#include "tests/cuda/kernel_compare.h"
 #include "tests/cuda/mirror_tensor.h"
 #include "tests/cuda/sim_test_util.h"
 
@@ -24,10 +25,7 @@ using testing::mirror;
 // device: f32 round-off of sums of up to 10,240 products of O(1): 2e-5 relative. f64 1e-12.
 // bf16 / f16: a last-bit difference can flip the final rounding, one ulp (doubled).
 double rtol_for(DType dtype) {
-  return dtype == DType::f64    ? 1e-12
-         : dtype == DType::bf16 ? 2.0 / 256.0
-         : dtype == DType::f16  ? 2.0 / 2048.0
-                                : 2e-5;
+  return testing::rtol_by_dtype(dtype, 2e-5, 1e-12);
 }
 
 TEST(LinearQ8Kernels, MatchCpu) {

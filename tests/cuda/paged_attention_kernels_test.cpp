@@ -10,6 +10,7 @@
 #include <random>
 
 #include "tests/cuda/device_kernels.h"
+#include "tests/cuda/kernel_compare.h"
 #include "tests/cuda/mirror_tensor.h"
 #include "tests/cuda/sim_test_util.h"
 
@@ -29,10 +30,7 @@ using testing::mirror;
 // of values in [-2, 2)). f64 1e-12. bf16 / f16: the final rounding of an f32 result that
 // differed in its last bits can flip, one ulp (2^-8 / 2^-11, doubled).
 double rtol_for(DType dtype) {
-  return dtype == DType::f64    ? 1e-12
-         : dtype == DType::bf16 ? 2.0 / 256.0
-         : dtype == DType::f16  ? 2.0 / 2048.0
-                                : 1e-5;
+  return testing::rtol_by_dtype(dtype, 1e-5, 1e-12);
 }
 
 struct Batch {
