@@ -87,9 +87,24 @@ void Engine::finish(int64_t id, FinishReason reason) {
   auto it = active_.find(id);
   if (it == active_.end()) return;
   scheduler_.remove(id);
-  const Active done = std::move(it->second);
+  finished_.emplace_back(std::move(it->second.request), reason);
   active_.erase(it);
-  if (done.request.on_finish) done.request.on_finish(reason);
+}
+
+void Engine::publish(int64_t generated, bool ran) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.running = scheduler_.num_running();
+    stats_.waiting = scheduler_.num_waiting() + int64_t(inbox_.size());
+    stats_.kv_blocks_used = blocks_.used_blocks();
+    stats_.generated_tokens += generated;
+    stats_.iterations += ran ? 1 : 0;
+    stats_.preemptions = scheduler_.num_preemptions();
+  }
+  std::vector<std::pair<Request, FinishReason>> done;
+  done.swap(finished_);
+  for (auto& [request, reason] : done)
+    if (request.on_finish) request.on_finish(reason);
 }
 
 bool Engine::step() {
@@ -144,13 +159,7 @@ bool Engine::step() {
         finish(seq.id, FinishReason::length);
     }
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  stats_.running = scheduler_.num_running();
-  stats_.waiting = scheduler_.num_waiting() + int64_t(inbox_.size());
-  stats_.kv_blocks_used = blocks_.used_blocks();
-  stats_.generated_tokens += generated;
-  stats_.iterations += it.segments.empty() ? 0 : 1;
-  stats_.preemptions = scheduler_.num_preemptions();
+  publish(generated, !it.segments.empty());
   return !it.segments.empty();
 }
 

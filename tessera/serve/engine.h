@@ -3,7 +3,8 @@
 // any thread (submit, cancel); one thread calls step(), which runs one iteration: the
 // scheduler's plan (scheduler.h), one GPT::forward_paged over all its tokens, then a token
 // sampled for every sequence whose segment reached its end. Tokens and the finish are handed
-// to the request's callbacks on the stepping thread.
+// to the request's callbacks on the stepping thread; on_finish runs after stats() already
+// shows the request's blocks freed, so a client that has its answer never reads stale gauges.
 //
 //   serve::Engine engine(model, {.num_blocks = 512, .block_size = 16});
 //   engine.submit({.prompt = ids, .max_tokens = 64, .on_token = ..., .on_finish = ...});
@@ -88,7 +89,8 @@ class Engine {
     std::shared_ptr<Sequence> sequence;
     Request request;
   };
-  void finish(int64_t id, FinishReason reason);
+  void finish(int64_t id, FinishReason reason);  // frees now, notifies in publish()
+  void publish(int64_t generated, bool ran);      // stats, then the finished callbacks
 
   nn::GPT& model_;
   EngineOptions options_;
@@ -102,6 +104,7 @@ class Engine {
   EngineStats stats_;
   int64_t next_id_ = 1;
   std::unordered_map<int64_t, Active> active_;  // the stepping thread's own
+  std::vector<std::pair<Request, FinishReason>> finished_;  // this step's, not yet notified
 };
 
 }  // namespace tessera::serve

@@ -211,6 +211,34 @@ TEST(Engine, CancelFreesTheSlotAndItsBlocks) {
   EXPECT_EQ(engine.stats().running, 0);
 }
 
+// A client that has its answer reads /metrics next: the gauges must already count the request
+// gone. Each on_finish reads the stats from inside the callback.
+TEST(Engine, FinishIsNotifiedAfterTheStatsShowTheBlocksFreed) {
+  const nn::GPTConfig config = longer(tiny_gpt2());
+  nn::GPT model(config);
+  Engine engine(model, {.num_blocks = 32, .block_size = 4, .limits = {}});
+  std::vector<EngineStats> seen;
+  for (int64_t max_tokens : {3, 30}) {
+    Request r;
+    r.prompt = prompt_of(5, config.vocab_size, uint64_t(max_tokens));
+    r.max_tokens = max_tokens;
+    r.sampling = {.temperature = 0.0};
+    r.on_finish = [&](FinishReason) { seen.push_back(engine.stats()); };
+    const int64_t id = engine.submit(std::move(r));
+    if (max_tokens == 30) {
+      engine.step();
+      engine.cancel(id);
+    }
+    while (engine.step()) {
+    }
+  }
+  ASSERT_EQ(seen.size(), 2u);
+  for (const EngineStats& s : seen) {
+    EXPECT_EQ(s.running, 0);
+    EXPECT_EQ(s.kv_blocks_used, 0);
+  }
+}
+
 TEST(Engine, RefusesWhatCanNeverRun) {
   const nn::GPTConfig config = longer(tiny_gpt2());
   nn::GPT model(config);
