@@ -113,5 +113,31 @@ TEST(QuantizeQ8, RefusesWhatItCannotStore) {
   EXPECT_THROW(ops::linear_q8(zeros(Shape{2, 64}), ops::Q8Weight{q.scale, q.q8}), Error);
 }
 
+// A request's tokens must not depend on what it is batched with (serving relies on it): each
+// row of a batch of M equals that row alone, bit for bit, across the CPU kernel's 8-row passes
+// and 4-weight-row passes (M = 1, 8, 13, 17 and N = 11, a multiple of neither), with 1 and 2
+// threads.
+TEST(LinearQ8, RowsDoNotDependOnTheBatchOrThreads) {
+  Generator gen(5, 0);
+  const int64_t K = 96, N = 11;
+  const ops::Q8Weight w = ops::quantize_q8(randn(Shape{N, K}, gen));
+  const Tensor bias = randn(Shape{N}, gen);
+  const int threads = num_threads();
+  for (int64_t M : {1, 8, 13, 17})
+    for (int t : {1, 2}) {
+      set_num_threads(t);
+      const Tensor x = randn(Shape{M, K}, gen);
+      const std::vector<float> batch = to_vector<float>(ops::linear_q8(x, w, bias));
+      for (int64_t m = 0; m < M; ++m) {
+        const Tensor row = ops::contiguous(ops::narrow(x, 0, m, 1));
+        const std::vector<float> alone = to_vector<float>(ops::linear_q8(row, w, bias));
+        for (int64_t n = 0; n < N; ++n)
+          ASSERT_EQ(batch[size_t(m * N + n)], alone[size_t(n)])
+              << "M=" << M << " row " << m << " column " << n << " threads " << t;
+      }
+    }
+  set_num_threads(threads);
+}
+
 }  // namespace
 }  // namespace tessera::testing

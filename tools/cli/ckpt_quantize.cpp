@@ -24,8 +24,13 @@ int64_t bytes_of(const Tensor& t) {
   return t.numel() * int64_t(dtype_size(t.dtype()));
 }
 
-// Mean next-token loss over the first `batches` batches of `pattern`, in order.
-double mean_loss(nn::GPT& model, const QuantizeFlags& f, int64_t seq_len) {
+struct MeanLoss {
+  double loss;
+  int64_t batches;  // --eval-batches, or every batch of the data when it holds fewer
+};
+
+// Mean next-token loss over the first --eval-batches batches of --eval-data, in order.
+MeanLoss mean_loss(nn::GPT& model, const QuantizeFlags& f, int64_t seq_len) {
   data::LoaderOptions lo;
   lo.batch_size = f.batch_size;
   lo.seq_len = seq_len;
@@ -42,7 +47,7 @@ double mean_loss(nn::GPT& model, const QuantizeFlags& f, int64_t seq_len) {
     const data::Batch b = val.next();
     total += model.loss(b.inputs, b.targets).item<double>();
   }
-  return total / double(n);
+  return {total / double(n), n};
 }
 
 void quantize(const QuantizeFlags& f) {
@@ -50,13 +55,20 @@ void quantize(const QuantizeFlags& f) {
   TESSERA_CHECK(f.eval_batches >= 1 && f.batch_size >= 1, "ckpt quantize: --eval-batches and ",
                 "--batch-size must be positive");
   train::LoadedModel m = train::load_model(f.spec, f.n_head);
-  const int64_t seq_len = f.seq_len > 0 ? f.seq_len : std::min<int64_t>(m.config.block_size, 256);
+  // The length the run trained at (its loader's), so the loss is that of the positions it
+  // learned; a model from elsewhere: the context, up to 256.
+  const nlohmann::json& trained = m.state.is_object() && m.state.contains("loader")
+                                      ? m.state["loader"]
+                                      : nlohmann::json::object();
+  const int64_t seq_len = f.seq_len > 0                ? f.seq_len
+                          : trained.contains("seq_len") ? trained["seq_len"].get<int64_t>()
+                                                        : std::min<int64_t>(m.config.block_size, 256);
   TESSERA_CHECK(seq_len <= m.config.block_size, "ckpt quantize: --seq-len ", seq_len,
                 " exceeds the model's block_size ", m.config.block_size);
   const nn::StateDict before = m.model->state_dict();
   int64_t bytes_before = 0;
   for (const auto& [name, t] : before) bytes_before += bytes_of(t);
-  std::optional<double> loss_before;
+  std::optional<MeanLoss> loss_before;
   if (!f.eval_data.empty()) loss_before = mean_loss(*m.model, f, seq_len);
 
   const std::vector<std::string> names = m.model->quantize_q8();
@@ -86,12 +98,12 @@ void quantize(const QuantizeFlags& f) {
             << " -> " << bytes_after << " bytes (" << double(bytes_before) / double(bytes_after)
             << "x); embeddings, norms and the head unchanged\n";
   if (loss_before) {
-    const double loss_after = mean_loss(*m.model, f, seq_len);
-    std::cout << "ckpt: validation loss over " << f.eval_batches << " batches of " << f.batch_size
-              << " x " << seq_len << ": " << *loss_before << " -> " << loss_after << "; perplexity "
-              << std::exp(*loss_before) << " -> " << std::exp(loss_after) << " ("
-              << (std::exp(loss_after) - std::exp(*loss_before) >= 0 ? "+" : "")
-              << std::exp(loss_after) - std::exp(*loss_before) << ")\n";
+    const double before_loss = loss_before->loss, after_loss = mean_loss(*m.model, f, seq_len).loss;
+    const double delta = std::exp(after_loss) - std::exp(before_loss);
+    std::cout << "ckpt: validation loss over " << loss_before->batches << " batches of "
+              << f.batch_size << " x " << seq_len << ": " << before_loss << " -> " << after_loss
+              << "; perplexity " << std::exp(before_loss) << " -> " << std::exp(after_loss) << " ("
+              << (delta >= 0 ? "+" : "") << delta << ")\n";
   }
   std::cout << "ckpt: wrote " << dir << "\n";
 }
@@ -110,7 +122,7 @@ void add_ckpt_quantize_command(CLI::App& ckpt) {
                   "token shards (a glob) to measure the loss on, before and after");
   cmd->add_option("--eval-batches", f->eval_batches, "batches to measure on");
   cmd->add_option("--batch-size", f->batch_size, "sequences per batch");
-  cmd->add_option("--seq-len", f->seq_len, "tokens per sequence (default min(block_size, 256))");
+  cmd->add_option("--seq-len", f->seq_len, "tokens per sequence (default: the length the run trained at, else min(block_size, 256))");
   cmd->add_option("--n-head", f->n_head, "heads of HF weights without a config.json");
   cmd->callback([f] { quantize(*f); });
 }

@@ -1,14 +1,22 @@
-// The Q8_0 linear on the CPU. For each output row n (threads split the rows), each block of 32
-// weights is turned into floats once (d·q) and dotted with the same 32 inputs of every row of
-// x, so a decode batch of M tokens reads the weight once. Bound: memory for small M. The
-// weight is 34 bytes per 32 elements against 128 in f32, so a memory-bound GEMV reads 3.76x
-// fewer bytes; for large M it is compute-bound and slower than the f32 GEMM (no packing).
+// The Q8_0 linear on the CPU. Threads split the output rows n. A block of 32 int8 weights is
+// turned into floats (d·q, d the block's f16 scale) and multiplied into 32 running lanes per
+// output, which stay in registers: four independent FMA chains per output. Two shapes of pass:
+//   batch 1 (and rows left over): one row of x against 4 weight rows at once, 4 streams from
+//     memory, the row of x in L1. Memory-bound: 34 bytes per 32 weights against 128 in f32.
+//   8 rows of x at once: each block converted once for 8 rows, the weight row in L1.
+//     Compute-bound at 0.55-0.75x the f32 GEMM (no packing, conversions in the inner loop).
+// Measured on the 2-core CPU (docs/benchmarks.md): 1.6-2.6x the f32 GEMV at batch 1, and a
+// whole GPT-2-small decode step 1.28x the tokens/s of f32 at batch 1, 1.0x at batch 16.
 //
-// Order: for each (m, n), blocks in k order; within a block, eight lanes (k mod 8) summed in k
-// order, then the lanes in a fixed tree, in the compute type (one AVX register of f32 lanes).
-// The result depends neither on the thread count nor on M.
+// Order: for each (m, n), lane i sums (d·q[k])·x[k] over k = i mod 32 in k order; the 32 lanes
+// are then added in a fixed tree. Every output sees the same operations in either pass, so the
+// result depends neither on the thread count nor on M (tests/ops/quantized_linear_cases.cpp).
 
 #include <vector>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/parallel.h"
@@ -16,10 +24,64 @@
 
 namespace tessera {
 
+namespace {
+
+constexpr int64_t kBlock = 32;
+constexpr int kRows = 8;  // rows of x per pass over a weight row: 1.3x the speed of 4 at M = 16
+constexpr int kCols = 4;  // weight rows per pass at batch 1
+
+// R x C outputs: C consecutive Q8_0 rows (q, stride K; their scales as floats, stride
+// `blocks`) dotted with R rows of x (stride K), in the order the header states. Each block is
+// converted once for the R rows, and C rows are C independent streams from memory (at M = 1,
+// C = 4 reads 1.5x faster than one row at a time). Every output's lanes see the same
+// operations whatever R and C are, so the bits depend on neither.
+template <int R, int C, class A>
+void dot_q8(const int8_t* q, const float* scale, const A* x, int64_t K, int64_t blocks,
+            A out[R][C]) {
+  A lane[C][R][kBlock] = {};
+  A w[C][kBlock];
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int c = 0; c < C; ++c) {
+      const A d = A(scale[c * blocks + b]);
+      const int8_t* qb = q + c * K + b * kBlock;
+      for (int64_t i = 0; i < kBlock; ++i) w[c][i] = d * A(qb[i]);
+    }
+    for (int r = 0; r < R; ++r) {
+      const A* xb = x + r * K + b * kBlock;
+      for (int c = 0; c < C; ++c)
+        for (int64_t i = 0; i < kBlock; ++i) lane[c][r][i] += w[c][i] * xb[i];
+    }
+  }
+  // The tree, one constant-width level at a time so that each level is vector adds.
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) {
+      A* l = lane[c][r];
+      for (int64_t i = 0; i < 16; ++i) l[i] += l[i + 16];
+      for (int64_t i = 0; i < 8; ++i) l[i] += l[i + 8];
+      for (int64_t i = 0; i < 4; ++i) l[i] += l[i + 4];
+      for (int64_t i = 0; i < 2; ++i) l[i] += l[i + 2];
+      out[r][c] = l[0] + l[1];
+    }
+}
+
+// A row's f16 scales as floats (exact), eight at a time with F16C: the portable conversion is
+// ~15 dependent integer operations per block, which stalled the FMAs behind it (measured: half
+// the time of a batch-1 row went to it).
+void scales_to_float(const Half* s, int64_t n, float* out) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+#endif
+  for (; i < n; ++i) out[i] = float(s[i]);
+}
+
+}  // namespace
+
 void CpuBackend::linear_q8(const Tensor& x, const Tensor& q8, const Tensor& scale,
                            const Tensor& bias, const Tensor& out) {
   const char* op = "linear_q8";
-  constexpr int64_t kBlock = 32, kLanes = 8;
   const int64_t M = x.size(0), K = x.size(1), N = q8.size(0), blocks = K / kBlock;
   const auto* q = reinterpret_cast<const int8_t*>(q8.data<int32_t>(op));
   const Half* s = scale.data<Half>(op);
@@ -33,27 +95,45 @@ void CpuBackend::linear_q8(const Tensor& x, const Tensor& q8, const Tensor& scal
     for (int64_t i = 0; i < M * K; ++i) xa[size_t(i)] = element::load(xp + i);
     cpu::parallel_for(N, std::max<int64_t>(1, 4096 / std::max<int64_t>(K, 1)),
                       [&](int64_t lo, int64_t hi) {
-                        std::vector<A> acc(static_cast<size_t>(M));
-                        A w[kBlock];
-                        for (int64_t n = lo; n < hi; ++n) {
-                          std::fill(acc.begin(), acc.end(), A(0));
-                          const int8_t* qrow = q + n * K;
-                          for (int64_t b = 0; b < blocks; ++b) {
-                            const A d = A(float(s[n * blocks + b]));
-                            for (int64_t i = 0; i < kBlock; ++i) w[i] = d * A(qrow[b * kBlock + i]);
-                            for (int64_t m = 0; m < M; ++m) {
-                              const A* xr = xa.data() + m * K + b * kBlock;
-                              A lane[kLanes] = {};
-                              for (int64_t i = 0; i < kBlock; i += kLanes)
-                                for (int64_t l = 0; l < kLanes; ++l)
-                                  lane[l] += w[i + l] * xr[i + l];
-                              acc[size_t(m)] += ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
-                                                ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+                        std::vector<float> scales(static_cast<size_t>(kCols * blocks));
+                        for (int64_t n = lo; n < hi; n += kCols) {
+                          const int64_t cols = std::min<int64_t>(kCols, hi - n);
+                          scales_to_float(s + n * blocks, cols * blocks, scales.data());
+                          const int8_t* qn = q + n * K;
+                          const float* sn = scales.data();
+                          const int64_t stride = kCols;  // of y's rows
+                          A y[kRows * kCols];
+                          // y's rows x [c0, c1) -> out rows m.., columns n + c0..
+                          auto store = [&](int64_t m, int64_t rows, int64_t c0, int64_t c1) {
+                            for (int64_t r = 0; r < rows; ++r)
+                              for (int64_t c = c0; c < c1; ++c)
+                                o[(m + r) * N + n + c] = element::convert<T>(
+                                    y[r * stride + c - c0] +
+                                    (bp ? A(element::load(bp + n + c)) : A(0)));
+                          };
+                          int64_t m = 0;
+                          for (; m + kRows <= M; m += kRows)  // prefill, large decode batches
+                            for (int64_t c = 0; c < cols; ++c) {
+                              A col[kRows][1];
+                              dot_q8<kRows, 1>(qn + c * K, sn + c * blocks, xa.data() + m * K, K,
+                                               blocks, col);
+                              for (int64_t r = 0; r < kRows; ++r) y[r * stride] = col[r][0];
+                              store(m, kRows, c, c + 1);
                             }
-                          }
-                          for (int64_t m = 0; m < M; ++m) {
-                            const A y = acc[size_t(m)] + (bp ? A(element::load(bp + n)) : A(0));
-                            o[m * N + n] = element::convert<T>(y);
+                          for (; m < M; ++m) {  // batch 1 and the rows left over
+                            if (cols == kCols) {
+                              dot_q8<1, kCols>(qn, sn, xa.data() + m * K, K, blocks,
+                                               reinterpret_cast<A(*)[kCols]>(y));
+                              store(m, 1, 0, kCols);
+                              continue;
+                            }
+                            for (int64_t c = 0; c < cols; ++c) {
+                              A one[1][1];
+                              dot_q8<1, 1>(qn + c * K, sn + c * blocks, xa.data() + m * K, K,
+                                           blocks, one);
+                              y[0] = one[0][0];
+                              store(m, 1, c, c + 1);
+                            }
                           }
                         }
                       });
