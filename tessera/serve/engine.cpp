@@ -28,9 +28,10 @@ Device model_device(nn::GPT& model) {
 }
 }  // namespace
 
-Engine::Engine(nn::GPT& model, EngineOptions options)
+Engine::Engine(nn::GPT& model, EngineOptions options, std::shared_ptr<PlanChannel> followers)
     : model_(model),
       options_(options),
+      followers_(std::move(followers)),
       cache_(model.config(), options.num_blocks, options.block_size, model.dtype(), model.tp_size(),
              model_device(model)),
       blocks_(options.num_blocks, options.block_size),
@@ -124,19 +125,15 @@ bool Engine::step() {
   const Iteration it = scheduler_.schedule();
   int64_t generated = 0;
   if (!it.segments.empty()) {
-    std::vector<nn::PagedBatch::Segment> segments;
-    std::vector<std::vector<int32_t>> tables;
-    std::vector<int32_t> tokens;
+    IterationPlan plan;
     for (const ScheduledSegment& s : it.segments) {
-      segments.push_back({int64_t(tables.size()), s.start, s.length});
-      tables.push_back(s.sequence->blocks);
-      tokens.insert(tokens.end(), s.sequence->tokens.begin() + s.start,
-                    s.sequence->tokens.begin() + s.start + s.length);
+      plan.segments.push_back({int64_t(plan.tables.size()), s.start, s.length});
+      plan.tables.push_back(s.sequence->blocks);
+      plan.tokens.insert(plan.tokens.end(), s.sequence->tokens.begin() + s.start,
+                         s.sequence->tokens.begin() + s.start + s.length);
     }
-    const nn::PagedBatch batch = nn::make_paged_batch(std::move(segments), std::move(tables),
-                                                      cache_, model_.config().block_size);
-    const Tensor ids = from_vector<int32_t>(tokens, Shape{int64_t(tokens.size())}, cache_.device());
-    const Tensor logits = ops::cast(model_.forward_paged(ids, batch, cache_), DType::f32);
+    send(plan);
+    const Tensor logits = run(plan);
     const std::vector<float> host = to_vector<float>(logits);  // [segments, vocab_rows]
     scheduler_.advance(it);
     const int64_t rows = logits.size(1), vocab = model_.config().vocab_size;
@@ -161,6 +158,37 @@ bool Engine::step() {
   }
   publish(generated, !it.segments.empty());
   return !it.segments.empty();
+}
+
+Tensor Engine::run(const IterationPlan& plan) {
+  const nn::PagedBatch batch =
+      nn::make_paged_batch(plan.segments, plan.tables, cache_, model_.config().block_size);
+  const Tensor ids =
+      from_vector<int32_t>(plan.tokens, Shape{int64_t(plan.tokens.size())}, cache_.device());
+  return ops::cast(model_.forward_paged(ids, batch, cache_), DType::f32);
+}
+
+void Engine::send(const IterationPlan& plan) {
+  if (!followers_) return;
+  followers_->send(plan);
+  last_sent_ = std::chrono::steady_clock::now();
+}
+
+void Engine::idle() {
+  if (followers_ && std::chrono::steady_clock::now() - last_sent_ > std::chrono::seconds(1))
+    send(IterationPlan{});
+}
+
+void Engine::release_followers() {
+  IterationPlan stop;
+  stop.stop = true;
+  send(stop);
+}
+
+void Engine::follow(PlanChannel& leader) {
+  TESSERA_CHECK(!followers_, "serve: a leader engine cannot follow");
+  for (IterationPlan plan = leader.receive(); !plan.stop; plan = leader.receive())
+    if (!plan.idle()) run(plan);
 }
 
 EngineStats Engine::stats() const {

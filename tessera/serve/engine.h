@@ -29,6 +29,7 @@
 #include "tessera/nn/gpt.h"
 #include "tessera/nn/paged_kv_cache.h"
 #include "tessera/serve/block_allocator.h"
+#include "tessera/serve/iteration_plan.h"
 #include "tessera/serve/scheduler.h"
 
 namespace tessera::serve {
@@ -65,7 +66,9 @@ struct EngineStats {
 class Engine {
  public:
   // The model is switched to eval mode and must not be used elsewhere while the engine runs.
-  Engine(nn::GPT& model, EngineOptions options);
+  // Tensor parallel: the model is this rank's shard, and on the leader (rank 0) `followers`
+  // reaches the other ranks, which run follow(); null with one rank.
+  Engine(nn::GPT& model, EngineOptions options, std::shared_ptr<PlanChannel> followers = nullptr);
 
   // Queues a request; returns its id. Throws naming the problem when it can never run: no
   // prompt, an id outside the vocabulary, a prompt that fills the context, max_tokens < 1, a
@@ -81,6 +84,16 @@ class Engine {
   // to `timeout` for a submit or a cancel. Whether there is work now.
   bool wait_for_work(std::chrono::milliseconds timeout);
   EngineStats stats() const;
+
+  // Tensor parallel, the leader: call when wait_for_work found nothing; at most once a second it
+  // sends the followers an idle plan, so their wait never reaches the group's timeout.
+  void idle();
+  // The leader: sends the followers stop, after which their follow() returns.
+  void release_followers();
+  // A follower rank (an engine over this rank's shard, with the leader's options): runs each
+  // plan `leader` sends through the model until a stop. Its pool then holds, for its own heads,
+  // what the leader's holds.
+  void follow(PlanChannel& leader);
   const EngineOptions& options() const { return options_; }
   int64_t context_length() const { return model_.config().block_size; }
 
@@ -91,9 +104,12 @@ class Engine {
   };
   void finish(int64_t id, FinishReason reason);  // frees now, notifies in publish()
   void publish(int64_t generated, bool ran);      // stats, then the finished callbacks
+  Tensor run(const IterationPlan& plan);          // forward_paged: logits [segments, rows]
+  void send(const IterationPlan& plan);
 
   nn::GPT& model_;
   EngineOptions options_;
+  std::shared_ptr<PlanChannel> followers_;
   nn::PagedKVCache cache_;
   BlockAllocator blocks_;
   Scheduler scheduler_;
@@ -103,6 +119,7 @@ class Engine {
   std::vector<int64_t> cancels_;
   EngineStats stats_;
   int64_t next_id_ = 1;
+  std::chrono::steady_clock::time_point last_sent_ = std::chrono::steady_clock::now();
   std::unordered_map<int64_t, Active> active_;  // the stepping thread's own
   std::vector<std::pair<Request, FinishReason>> finished_;  // this step's, not yet notified
 };

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# serve_cli_test.sh TESSERA WORKDIR: `tessera serve` over HTTP, driven by serve_client.py.
+# serve_cli_test.sh TESSERA WORKDIR [MPIEXEC NP_FLAG]: `tessera serve` over HTTP, driven by
+# serve_client.py.
 #   answers   a trained tiny model on a free port: 5 prompts sent at once, each both streaming
 #             and not, give `tessera generate`'s greedy text for that prompt alone; a stop
 #             string; 12 hostile requests get JSON 4xx errors; /metrics counts every request
@@ -7,11 +8,13 @@
 #             stream's client hangs up, the request is cancelled and its KV blocks freed
 #   cuda-sim  --device cuda-sim serves the CPU's greedy text
 #   int8      ckpt quantize --to int8 (with the loss before and after), generate and serve it
+#   tp        (with MPIEXEC) mpiexec -n 2 serve --tp 2 gives the same answers; SIGINT and
+#             SIGTERM to mpiexec stop both ranks with status 0
 #   loading   /health is 503 until the model is in (tests/tools/serve_app_test.cpp, in-process)
-#   refusals  --tp 2, a bad --device, a port in use: one line, non-zero
+#   refusals  --tp 2 in one process, --tp with a GPU, a bad --device, a port in use
 #   stop      SIGTERM stops the server, exit status 0
 set -uo pipefail
-tessera=$1 dir=$2
+tessera=$1 dir=$2 mpiexec=${3:-} np_flag=${4:--n}
 here=$(cd "$(dirname "$0")" && pwd)
 fail() { echo "FAIL: $*" >&2; [ -f "$dir/serve.err" ] && cat "$dir/serve.err" >&2; exit 1; }
 pid=""
@@ -42,7 +45,7 @@ echo "}" >>refs.json
 start_server() {
   local log=$1
   shift
-  "$tessera" serve --port 0 --threads 1 "$@" 2>"$log" &
+  $launch "$tessera" serve --port 0 --threads 1 "$@" 2>"$log" &
   pid=$!
   for _ in $(seq 1 300); do
     grep -q "serve: ready" "$log" && break
@@ -52,12 +55,13 @@ start_server() {
   grep -q "serve: ready" "$log" || fail "the server never got ready"
   port=$(grep -o "127.0.0.1:[0-9]*" "$log" | head -1 | cut -d: -f2)
 }
+launch=""  # or "mpiexec -n 2" for tensor-parallel serving
 stop_server() {
-  kill -TERM $pid
+  kill -${1:-TERM} $pid
   wait $pid
   local status=$?
   pid=""
-  [ $status = 0 ] || fail "after SIGTERM the server exited with $status"
+  [ $status = 0 ] || fail "after SIG${1:-TERM} the server exited with $status"
 }
 
 start_server serve.err --model run --max-body-bytes 4096
@@ -114,9 +118,26 @@ refused() {  # refused "what it must say" args...
   if err=$("$tessera" serve "$@" 2>&1 >/dev/null); then fail "accepted: $*"; fi
   echo "$err" | grep -qF -- "$says" || fail "for $* expected '$says', got: $err"
 }
-refused "--tp 2 is not supported yet" --model run --tp 2
+refused "serve: --tp 2 needs 2 processes but 1 is running; start it as mpiexec -n 2" --model run --tp 2
+refused "serve: --device cuda with --tp 2 is not supported" --model run --tp 2 --device cuda
 refused "--device must be cpu, cuda or cuda-sim, got 'tpu'" --model run --device tpu
 start_server serve.err --model run
 refused "cannot listen on 127.0.0.1:$port" --model run --port "$port"
 stop_server
-echo "serve_cli_test: concurrent = alone, hostile requests refused, metrics, queueing, cancel on hang-up, cuda-sim, int8"
+
+# Tensor parallel: rank 0 serves, rank 1 follows each iteration's plan; the answers are the
+# single-process greedy text (the tiny model's top logits are far apart next to the ~1e-6 that
+# reordered sums move them, tests/parallel/tp_serve_test.cpp). A stop signal to mpiexec, which
+# forwards it, ends both ranks.
+if [ -n "$mpiexec" ]; then
+  for sig in TERM INT; do
+    launch="$mpiexec $np_flag 2"
+    start_server serve.err --model run --tp 2 --max-body-bytes 4096
+    launch=""
+    grep -q "tensor parallel over 2 ranks" serve.err || fail "tp: $(cat serve.err)"
+    python3 "$here/serve_client.py" answers "$port" refs.json || fail "tp answers"
+    stop_server $sig
+    pgrep -f "serve --port 0 --threads 1 --model run --tp 2" >/dev/null && fail "a rank outlived SIG$sig"
+  done
+fi
+echo "serve_cli_test: concurrent = alone, hostile requests refused, metrics, queueing, cancel on hang-up, cuda-sim, int8${mpiexec:+, tp 2}"

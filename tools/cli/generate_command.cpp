@@ -12,17 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/tp_group.h"
 #include "tessera/core/file_io.h"
 #include "tessera/cuda/cuda.h"
 #include "tessera/nn/completion.h"
-#include "tessera/parallel/mesh.h"
-#include "tessera/parallel/tp/tensor_parallel.h"
 #include "tessera/tessera.h"
 #include "tessera/train/detail/device.h"
 #include "tessera/train/detail/model_source.h"
-#if TESSERA_HAS_MPI
-#include "tessera/parallel/comm/mpi_communicator.h"
-#endif
 
 namespace tessera::cli {
 
@@ -41,30 +37,6 @@ struct GenerateFlags {
   int threads = 0, tp = 1;
   bool no_cache = false, no_eos = false;
 };
-
-// MPI's world when an MPI launcher started the program (main() then initialised MPI), else null.
-std::shared_ptr<parallel::Communicator> mpi_world() {
-#if TESSERA_HAS_MPI
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (initialized != 0) return parallel::MpiCommunicator::world();
-#endif
-  return nullptr;
-}
-
-// The tensor-parallel group for --tp: none for --tp 1 in one process; otherwise every process,
-// which must be exactly --tp of them (generate has no other parallel axis).
-std::shared_ptr<parallel::tp::TensorParallel> make_tp_group(int tp) {
-  TESSERA_CHECK(tp >= 1, "generate: --tp must be at least 1, got ", tp);
-  const std::shared_ptr<parallel::Communicator> mpi = mpi_world();
-  const int world = mpi ? mpi->size() : 1;
-  TESSERA_CHECK(world == tp, "generate: --tp ", tp, " needs ", tp,
-                tp == 1 ? " process" : " processes", " but ", world, world == 1 ? " is" : " are",
-                " running; start it as mpiexec -n ", tp, " tessera generate --tp ", tp, " ...");
-  if (tp == 1) return nullptr;
-  auto mesh = std::make_shared<parallel::DeviceMesh>(mpi, parallel::MeshShape{1, 1, tp});
-  return parallel::tp::TensorParallel::from_mesh(mesh, false);
-}
 
 // Generates for `prompts` (encoded) as batches of equal length (the KV cache holds one length
 // per batch); every prompt's completion ends at its own end-of-text token or stop string, and a
@@ -110,7 +82,7 @@ void generate_on_rank(const GenerateFlags& f, bool prints) {
                 f.tp,
                 " is not supported (tensor-parallel generation runs on the "
                 "CPU); use one of them");
-  LoadedModel loaded = load_model(f.model, f.n_head, make_tp_group(f.tp));
+  LoadedModel loaded = load_model(f.model, f.n_head, make_tp_group(f.tp, "generate"));
   if (f.device != "cpu") {
     const Device device = train::open_train_device(f.device, 0, "generate");
     nn::move_to_device(loaded.model->state_dict(), device);

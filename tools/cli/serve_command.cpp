@@ -26,6 +26,8 @@
 
 #include "cli/commands.h"
 #include "cli/serve_app.h"
+#include "cli/serve_model.h"
+#include "cli/tp_group.h"
 #include "cli/stop_signals.h"
 #include "tessera/core/file_io.h"
 #include "tessera/cuda/cuda.h"
@@ -243,12 +245,14 @@ struct ServeApp::State {
   Service service;
   httplib::Server http;
   std::thread http_thread;
+  std::shared_ptr<parallel::tp::TensorParallel> tp;  // --tp > 1: this process leads the group
 };
 
 ServeApp::ServeApp(ServeFlags flags) : state_(std::make_unique<State>()) {
   const ServeFlags& f = flags;
-  TESSERA_CHECK(f.tp == 1, "serve: --tp ", f.tp,
-                " is not supported yet (the server runs one process); use --tp 1");
+  TESSERA_CHECK(f.tp == 1 || f.device == "cpu", "serve: --device ", f.device, " with --tp ", f.tp,
+                " is not supported (tensor-parallel serving runs on the CPU); use one of them");
+  require_tp_world(f.tp, "serve");
   TESSERA_CHECK(f.port >= 0 && f.port <= 65535, "serve: --port must be in [0, 65535], got ",
                 f.port);
   TESSERA_CHECK(f.block_size >= 1, "serve: --block-size must be positive, got ", f.block_size);
@@ -292,25 +296,14 @@ int ServeApp::listen() {
 void ServeApp::load() {
   const ServeFlags& f = state_->flags;
   Service& s = state_->service;
-  if (f.threads > 0) set_num_threads(f.threads);
-  if (f.device == "cuda-sim") cuda::use_simulated_device();
-  s.loaded = std::make_unique<train::LoadedModel>(train::load_model(f.model));
-  if (f.device != "cpu")
-    nn::move_to_device(s.loaded->model->state_dict(),
-                       train::open_train_device(f.device, 0, "serve"));
+  ServedModel m = load_served_model(f);
+  state_->tp = m.tp;
+  s.loaded = std::move(m.loaded);
   s.tokenizer = train::model_tokenizer(*s.loaded, f.tokenizer, "serve");
   TESSERA_CHECK(s.tokenizer->vocab_size() <= s.loaded->config.vocab_size,
                 "serve: the tokenizer has ", s.tokenizer->vocab_size(),
                 " ids but the model's vocab_size is ", s.loaded->config.vocab_size);
-  const int64_t per_sequence = (s.loaded->config.block_size + f.block_size - 1) / f.block_size;
-  const serve::EngineOptions options{
-      .num_blocks = f.kv_blocks > 0 ? f.kv_blocks : f.max_running * per_sequence,
-      .block_size = f.block_size,
-      .limits = {.max_batch_tokens = f.max_batch_tokens,
-                 .max_running = f.max_running,
-                 .chunked_prefill = !f.no_chunked_prefill,
-                 .static_batching = f.batching == "static"}};
-  s.engine = std::make_unique<serve::Engine>(*s.loaded->model, options);
+  s.engine = std::make_unique<serve::Engine>(*s.loaded->model, m.options, m.followers);
   s.name = f.name.empty() ? std::filesystem::path(f.model).filename().string() : f.name;
   if (s.name.empty()) s.name = "tessera";
   s.ready = true;
@@ -318,18 +311,30 @@ void ServeApp::load() {
 
 void ServeApp::serve(const std::atomic<bool>& stop) {
   serve::Engine& engine = *state_->service.engine;
-  while (!stop.load())
-    if (engine.wait_for_work(std::chrono::milliseconds(100))) engine.step();
+  try {
+    while (!stop.load()) {
+      if (engine.wait_for_work(std::chrono::milliseconds(100)))
+        engine.step();
+      else
+        engine.idle();
+    }
+  } catch (...) {
+    engine.release_followers();  // so that the other --tp ranks end too, rather than time out
+    throw;
+  }
+  engine.release_followers();
 }
 
 std::string ServeApp::describe() const {
   const ServeFlags& f = state_->flags;
   const Service& s = state_->service;
-  const nn::PagedKVCache one(s.loaded->config, 1, f.block_size, s.loaded->model->dtype());
+  const nn::PagedKVCache one(s.loaded->config, 1, f.block_size, s.loaded->model->dtype(), f.tp);
   const int64_t blocks = s.engine->options().num_blocks;
   return str_cat(s.loaded->path, " as '", s.name, "' (",
                  nn::GPT::count_parameters(s.loaded->config), " parameters, context ",
-                 s.loaded->config.block_size, ", on ", f.device, "); KV cache ", blocks,
+                 s.loaded->config.block_size, ", on ", f.device,
+                 f.tp > 1 ? str_cat(", tensor parallel over ", f.tp, " ranks") : std::string(),
+                 "); KV cache ", blocks,
                  " blocks of ", f.block_size, " (", blocks * one.bytes_per_block() / 1024,
                  " KiB); chat template ",
                  s.chat_template ? serve::chat_template_name(*s.chat_template) : "none");
@@ -337,7 +342,7 @@ std::string ServeApp::describe() const {
 
 namespace {
 
-void run_serve(const ServeFlags& f) {
+void lead_serve(const ServeFlags& f) {
   std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up is a failed write, not a signal
   ServeApp app(f);
   const int port = app.listen();
@@ -348,6 +353,22 @@ void run_serve(const ServeFlags& f) {
   std::cerr << "serve: ready: " << app.describe() << std::endl;
   app.serve(*signals.requested());
   std::cerr << "serve: stopping" << std::endl;
+}
+
+void run_serve(const ServeFlags& f) {
+  const std::shared_ptr<parallel::Communicator> mpi = mpi_world();
+  const int rank = mpi ? mpi->rank() : 0;
+  try {
+    if (rank == 0)
+      lead_serve(f);
+    else
+      follow_serve(f);
+  } catch (const Error&) {
+    // Every rank checks the same flags and files, so a refusal is the same on every rank:
+    // rank 0 reports it in one line, the others only fail.
+    if (rank == 0) throw;
+    exit_code() = 1;
+  }
 }
 
 }  // namespace
@@ -361,7 +382,8 @@ void add_serve_command(CLI::App& app) {
       ->required();
   cmd->add_option("--tokenizer", f->tokenizer, "tokenizer (default: the model's own)");
   cmd->add_option("--device", f->device, "cpu (default), cuda or cuda-sim");
-  cmd->add_option("--tp", f->tp, "tensor-parallel ranks (only 1 so far)");
+  cmd->add_option("--tp", f->tp,
+                  "tensor-parallel ranks: run as mpiexec -n T tessera serve --tp T (CPU)");
   cmd->add_option("--host", f->host, "address to listen on");
   cmd->add_option("--port", f->port, "port (0: a free one, printed at start)");
   cmd->add_option("--served-model-name", f->name, "the model's name in the API");

@@ -1,0 +1,50 @@
+#include "cli/serve_model.h"
+
+#include "cli/stop_signals.h"
+#include "cli/tp_group.h"
+#include "tessera/core/error.h"
+#include "tessera/cuda/cuda.h"
+#include "tessera/nn/module.h"
+#include "tessera/tessera.h"
+#include "tessera/train/detail/device.h"
+
+namespace tessera::cli {
+
+ServedModel load_served_model(const ServeFlags& f) {
+  // ServeApp has checked --tp and --device on rank 0 already; the followers check here.
+  TESSERA_CHECK(f.tp == 1 || f.device == "cpu", "serve: --device ", f.device, " with --tp ", f.tp,
+                " is not supported (tensor-parallel serving runs on the CPU); use one of them");
+  if (f.threads > 0) set_num_threads(f.threads);
+  if (f.device == "cuda-sim") cuda::use_simulated_device();
+  ServedModel m;
+  m.tp = make_tp_group(f.tp, "serve");
+  m.loaded = std::make_unique<train::LoadedModel>(train::load_model(f.model, 0, m.tp));
+  if (f.device != "cpu")
+    nn::move_to_device(m.loaded->model->state_dict(),
+                       train::open_train_device(f.device, 0, "serve"));
+  const int64_t per_sequence = (m.loaded->config.block_size + f.block_size - 1) / f.block_size;
+  m.options = {.num_blocks = f.kv_blocks > 0 ? f.kv_blocks : f.max_running * per_sequence,
+               .block_size = f.block_size,
+               .limits = {.max_batch_tokens = f.max_batch_tokens,
+                          .max_running = f.max_running,
+                          .chunked_prefill = !f.no_chunked_prefill,
+                          .static_batching = f.batching == "static"}};
+  if (m.tp && m.tp->group()->rank() == 0) {
+    std::shared_ptr<parallel::Communicator> group = m.tp->group();
+    m.followers = std::make_shared<serve::BroadcastPlanChannel>(
+        [group](const Tensor& t) { group->broadcast(t, 0); });
+  }
+  return m;
+}
+
+void follow_serve(const ServeFlags& f) {
+  StopSignals signals;  // the leader decides when to stop; a signal here must not kill the rank
+  ServedModel m = load_served_model(f);
+  TESSERA_CHECK(m.tp && m.tp->group()->rank() != 0, "serve: follow_serve runs on ranks 1.. of --tp");
+  std::shared_ptr<parallel::Communicator> group = m.tp->group();
+  serve::BroadcastPlanChannel leader([group](const Tensor& t) { group->broadcast(t, 0); });
+  serve::Engine engine(*m.loaded->model, m.options);
+  engine.follow(leader);
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,23 @@
+#pragma once
+// The tensor-parallel group of an inference command (`generate --tp`, `serve --tp`): every
+// process the MPI launcher started is one rank of it, and there is no other parallel axis.
+
+#include <memory>
+#include <string>
+
+#include "tessera/parallel/comm/communicator.h"
+#include "tessera/parallel/tp/tensor_parallel.h"
+
+namespace tessera::cli {
+
+// MPI's world when an MPI launcher started the program (main() then initialised MPI), else null.
+std::shared_ptr<parallel::Communicator> mpi_world();
+
+// Throws unless exactly `tp` processes run (naming `command` and how to start it).
+void require_tp_world(int tp, const std::string& command);
+
+// The group for --tp: null for --tp 1 in one process; otherwise every process, which must be
+// exactly --tp of them. Throws naming `command` and how to start it otherwise.
+std::shared_ptr<parallel::tp::TensorParallel> make_tp_group(int tp, const std::string& command);
+
+}  // namespace tessera::cli
