@@ -11,15 +11,20 @@ Into tests/nn/fixtures/llama_parity/:
   tokenizer/       a byte-level BPE trained with Hugging Face's tokenizers library on a small
                    corpus and saved as tokenizer.json (GPT-2's pre-tokenizer), and
                    tokenizer_golden.json: sample texts with the ids it gives them
+  tokenizer_llama3/  the same with Llama 3's pre-tokenizer (a Split on the cl100k pattern, then
+                   ByteLevel without its regex) and its special tokens
 The test suite needs no PyTorch; rerun this only to regenerate the fixtures:
   pip install torch transformers tokenizers safetensors && python3 tools/make_llama_fixture.py
 """
 import json
 import os
 
-import torch
-from safetensors.torch import save_file
-from transformers import LlamaConfig, LlamaForCausalLM
+try:
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+except ImportError:  # --llama3-tokenizer needs only the tokenizers library
+    pass
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "nn", "fixtures", "llama_parity")
 # The vocabulary is no multiple of 64, so Tessera's padded-vocab path is exercised.
@@ -89,10 +94,60 @@ def tokenizer_fixture():
     print(f"tokenizer: {tok.get_vocab_size()} ids")
 
 
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                   "<|end_header_id|>", "<|eot_id|>"]
+# Each alternative of the split, and their edges: contractions in any case, digit runs cut in
+# threes, a letter run's one leading character, punctuation with its newlines, whitespace
+# before and after newlines, at the end of the text, special tokens inside text.
+LLAMA3_SAMPLES = [
+    "I'LL say it's, we'Re DON'T 'sup 'hello",
+    "12345678 and 1,000,000.5 x1y22z333",
+    "(hello) [world] {x} <a href=\"u\">",
+    "a\n\n\nb  \n  foo\r\nbar \n",
+    "\tindent\ttab x  \t y   ",
+    "end with newline!\n",
+    "naïve café — ok… 😀 emoji",
+    "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>",
+    "   ",
+    "don't stop: 'til 9pm",
+]
+
+
+def llama3_tokenizer_fixture():
+    from tokenizers import Tokenizer, Regex, models, pre_tokenizers, decoders, trainers
+    corpus = []
+    for i in range(400):
+        corpus.append(f"Line {i % 17}: the quick brown fox jumps over {(i * 7919) % 100000} lazy "
+                      f"dogs;\n\tnaïve café {i % 5} IT'S we'll don't (x{i % 3}) [ok]\n\n"
+                      f"I'LL say hello, world! 'til {i % 12}pm  \n  foo\r\nbar {{x}} stop:\n")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1000, special_tokens=LLAMA3_SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer)
+    out = os.path.join(OUT, "tokenizer_llama3")
+    os.makedirs(out, exist_ok=True)
+    tok.save(os.path.join(out, "tokenizer.json"))
+    golden = [{"text": s, "ids": tok.encode(s).ids} for s in LLAMA3_SAMPLES]
+    with open(os.path.join(out, "tokenizer_golden.json"), "w", encoding="utf-8") as f:
+        json.dump(golden, f, ensure_ascii=False, indent=1)
+    print(f"tokenizer_llama3: {tok.get_vocab_size()} ids")
+
+
 def main():
+    import sys
+    if sys.argv[1:] == ["--llama3-tokenizer"]:  # that fixture alone: no torch needed
+        llama3_tokenizer_fixture()
+        return
     model_fixture("untied", tied=False)
     model_fixture("tied", tied=True)
     tokenizer_fixture()
+    llama3_tokenizer_fixture()
 
 
 if __name__ == "__main__":

@@ -152,13 +152,13 @@ void SpecialTokenMatcher::split(std::string_view text,
 
 std::vector<int32_t> bpe_encode(std::string_view text, bool allow_special, const BpeMerges& merges,
                                 const std::array<int32_t, 256>& byte_ids,
-                                const SpecialTokenMatcher& specials) {
+                                const SpecialTokenMatcher& specials, SplitPattern pattern) {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 1);
   auto ordinary = [&](std::string_view segment) {
     size_t pos = 0;
     while (pos < segment.size()) {
-      size_t end = next_pretoken_end(segment, pos);
+      size_t end = next_pretoken_end(segment, pos, pattern);
       merges.encode_chunk(segment.substr(pos, end - pos), byte_ids, ids);
       pos = end;
     }

@@ -14,6 +14,10 @@
 
 namespace tessera::data {
 
+// Which pattern splits text into chunks before BPE (merges never cross a chunk): GPT-2's, or
+// the one of OpenAI's cl100k_base that Llama 3 adopted (detail/pretokenize.h has both).
+enum class SplitPattern { gpt2, cl100k };
+
 // Merges (left id, right id) -> merged id, ranked by the order they were added. Encoding a chunk
 // starts from one id per byte and repeatedly merges the adjacent pair of lowest rank, leftmost
 // first, until no pair has a merge: the segmentation GPT-2's bpe() produces.
@@ -71,6 +75,7 @@ class SpecialTokenMatcher {
 // allow_special, special-token strings become their ids first.
 std::vector<int32_t> bpe_encode(std::string_view text, bool allow_special, const BpeMerges& merges,
                                 const std::array<int32_t, 256>& byte_ids,
-                                const SpecialTokenMatcher& specials);
+                                const SpecialTokenMatcher& specials,
+                                SplitPattern pattern = SplitPattern::gpt2);
 
 }  // namespace tessera::data

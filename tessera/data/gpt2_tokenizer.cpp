@@ -91,7 +91,8 @@ uint32_t gpt2_byte_to_char(uint8_t b) {
 }
 
 Gpt2Tokenizer Gpt2Tokenizer::parse(const std::string& encoder_json, const std::string& vocab_bpe,
-                                   const std::string& encoder_name, const std::string& vocab_name) {
+                                   const std::string& encoder_name, const std::string& vocab_name,
+                                   const Gpt2Options& options) {
   Gpt2Tokenizer tok;
   nlohmann::json encoder = parse_encoder(encoder_json, encoder_name);
   const int64_t n = int64_t(encoder.size());
@@ -121,11 +122,19 @@ Gpt2Tokenizer Gpt2Tokenizer::parse(const std::string& encoder_json, const std::s
                   std::hex, b, std::dec, " (GPT-2 character \"", utf8, "\")");
     tok.byte_ids_[size_t(b)] = it->second;
   }
-  auto eot = ids.find(std::string(kEndOfText));
-  TESSERA_CHECK(eot != ids.end(), "GPT-2 encoder ", encoder_name, ": no \"", kEndOfText,
+  auto eot = ids.find(options.end_of_text);
+  TESSERA_CHECK(eot != ids.end(), "GPT-2 encoder ", encoder_name, ": no \"", options.end_of_text,
                 "\" token");
   tok.eot_id_ = eot->second;
-  tok.specials_ = SpecialTokenMatcher({{std::string(kEndOfText), tok.eot_id_}});
+  std::vector<std::pair<std::string, int32_t>> specials;
+  for (const std::string& special : options.specials) {
+    auto it = ids.find(special);
+    TESSERA_CHECK(it != ids.end(), "GPT-2 encoder ", encoder_name, ": special token \"", special,
+                  "\" is not in the vocabulary");
+    specials.emplace_back(special, it->second);
+  }
+  tok.specials_ = SpecialTokenMatcher(std::move(specials));
+  tok.pattern_ = options.pattern;
 
   std::vector<int64_t> merge_line;  // the line each merge rank came from
   size_t pos = 0;
@@ -170,7 +179,7 @@ Gpt2Tokenizer Gpt2Tokenizer::load_dir(const std::string& dir) {
 }
 
 std::vector<int32_t> Gpt2Tokenizer::encode(std::string_view text, bool allow_special) const {
-  return bpe_encode(text, allow_special, merges_, byte_ids_, specials_);
+  return bpe_encode(text, allow_special, merges_, byte_ids_, specials_, pattern_);
 }
 
 std::string Gpt2Tokenizer::decode(std::span<const int32_t> ids) const {

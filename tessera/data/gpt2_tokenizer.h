@@ -7,7 +7,8 @@
 // 0xAE..0xFF map to the character of the same code, and the other 68 bytes, in increasing order,
 // to U+0100, U+0101, ... (so a space is 'Ġ' U+0120). vocab.bpe lists the merges, most important
 // first, one "left right" pair per line after a "#version" line. Text is pre-tokenised with
-// GPT-2's pattern (pretokenize.h: exact for ASCII), so ASCII text encodes as GPT-2 encodes it.
+// GPT-2's pattern (pretokenize.h: exact for ASCII), so ASCII text encodes as GPT-2 encodes it;
+// a Llama 3 tokenizer.json gives the cl100k pattern and its own special tokens (Gpt2Options).
 
 #include <array>
 #include <cstdint>
@@ -18,6 +19,14 @@
 #include "tessera/data/tokenizer.h"
 
 namespace tessera::data {
+
+// What a Hugging Face tokenizer.json may add to GPT-2's two files (load_tokenizer.cpp).
+struct Gpt2Options {
+  SplitPattern pattern = SplitPattern::gpt2;
+  // Tokens that encode(text, allow_special = true) matches in text, each in the vocabulary.
+  std::vector<std::string> specials = {std::string(kEndOfText)};
+  std::string end_of_text = std::string(kEndOfText);  // the token eot_id() names
+};
 
 // The character (a Unicode code point) GPT-2 writes byte b as.
 uint32_t gpt2_byte_to_char(uint8_t b);
@@ -34,7 +43,8 @@ class Gpt2Tokenizer final : public Tokenizer {
   static Gpt2Tokenizer load_dir(const std::string& dir);
   // From the files' contents; the names are for error messages.
   static Gpt2Tokenizer parse(const std::string& encoder_json, const std::string& vocab_bpe,
-                             const std::string& encoder_name, const std::string& vocab_name);
+                             const std::string& encoder_name, const std::string& vocab_name,
+                             const Gpt2Options& options = {});
 
   std::string kind() const override { return "gpt2"; }
   int32_t vocab_size() const override { return int32_t(token_bytes_.size()); }
@@ -52,6 +62,7 @@ class Gpt2Tokenizer final : public Tokenizer {
   std::array<int32_t, 256> byte_ids_{};
   BpeMerges merges_;
   SpecialTokenMatcher specials_;
+  SplitPattern pattern_ = SplitPattern::gpt2;
   int32_t eot_id_ = 0;
 };
 

@@ -97,6 +97,16 @@ void write_files(const std::string& dir, const ByteLevelBpe& b) {
 
 void write_hf_tokenizer(const std::string& dir, const nlohmann::json& record) {
   const std::unique_ptr<Tokenizer> tok = load_tokenizer_record(record, "the checkpoint");
+  if (record["kind"] == "hf_tokenizer_json") {  // the file the model came with, as it was
+    std::filesystem::create_directories(dir);
+    write_file_atomic(dir + "/tokenizer.json", record["tokenizer_json"].get<std::string>());
+    const std::string eot = tok->decode(std::vector<int32_t>{tok->eot_id()});
+    const nlohmann::json config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                   {"model_max_length", 1 << 20},
+                                   {"eos_token", eot}};
+    write_file_atomic(dir + "/tokenizer_config.json", config.dump(2) + "\n");
+    return;
+  }
   if (tok->kind() == "gpt2") {  // GPT-2's own files are Hugging Face's already
     std::filesystem::create_directories(dir);
     write_file_atomic(dir + "/vocab.json", record["encoder_json"].get<std::string>());

@@ -12,7 +12,8 @@
 namespace tessera::data {
 
 // From a tokenizer record (load_tokenizer.h): byte, bpe or gpt2 (whose own files are written
-// back). Throws naming the token when two ids stand for the same bytes (vocab.json cannot map
+// back), or hf_tokenizer_json (the tokenizer.json written back as it was, with a
+// tokenizer_config.json naming its end-of-text token). Throws naming the token when two ids stand for the same bytes (vocab.json cannot map
 // one string to two ids). Each file is written atomically.
 void write_hf_tokenizer(const std::string& dir, const nlohmann::json& record);
 

@@ -10,6 +10,7 @@
 #include "tessera/core/file_io.h"
 #include "tessera/core/json_depth.h"
 #include "tessera/data/bpe_tokenizer.h"
+#include "tessera/data/detail/hf_tokenizer_json.h"
 #include "tessera/data/gpt2_tokenizer.h"
 
 namespace tessera::data {
@@ -48,66 +49,6 @@ std::pair<std::string, std::string> gpt2_files(const std::string& spec) {
   return {spec, (p.parent_path() / partner).string()};
 }
 
-bool is_hf_tokenizer_json(const nlohmann::json& j) {
-  return j.is_object() && j.contains("model") && j["model"].is_object() &&
-         j["model"].contains("type") && j.contains("pre_tokenizer");
-}
-
-// A Hugging Face tokenizer.json as GPT-2's two files: vocab (token -> id, added tokens
-// included) and merges ("left right" lines in rank order). Only what Tessera's byte-level BPE
-// computes the same way is accepted: a BPE model under GPT-2's ByteLevel pre-tokenizer (its
-// regex, no prefix space), no normalizer; anything else is refused naming the field.
-std::pair<std::string, std::string> hf_json_as_gpt2(const nlohmann::json& j,
-                                                    const std::string& src) {
-  const nlohmann::json& model = j["model"];
-  TESSERA_CHECK(model["type"] == "BPE", "tokenizer.json ", src, ": model.type is ",
-                model["type"].dump(), "; Tessera reads byte-level BPE only");
-  const nlohmann::json& pre = j["pre_tokenizer"];
-  TESSERA_CHECK(pre.is_object() && pre.value("type", "") == "ByteLevel" &&
-                    pre.value("use_regex", true) && !pre.value("add_prefix_space", false),
-                "tokenizer.json ", src, ": pre_tokenizer is ", pre.dump().substr(0, 200),
-                "; Tessera splits text with GPT-2's pattern (ByteLevel, use_regex true, no prefix "
-                "space) and would give other ids");
-  TESSERA_CHECK(!j.contains("normalizer") || j["normalizer"].is_null(), "tokenizer.json ", src,
-                ": a normalizer (", j["normalizer"].dump().substr(0, 100), ") is not supported");
-  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
-    TESSERA_CHECK(!model.contains(key) || model[key].is_null() || model[key] == "",
-                  "tokenizer.json ", src, ": model.", key, " is not supported");
-  TESSERA_CHECK(!model.value("byte_fallback", false), "tokenizer.json ", src,
-                ": model.byte_fallback is not supported");
-  TESSERA_CHECK(model.contains("vocab") && model["vocab"].is_object(), "tokenizer.json ", src,
-                ": model.vocab must be an object of token -> id");
-  nlohmann::json vocab = model["vocab"];
-  if (j.contains("added_tokens") && j["added_tokens"].is_array())
-    for (const auto& a : j["added_tokens"]) {
-      TESSERA_CHECK(a.is_object() && a.contains("content") && a["content"].is_string() &&
-                        a.contains("id") && a["id"].is_number_integer(),
-                    "tokenizer.json ", src, ": an added token needs 'content' and 'id', got ",
-                    a.dump().substr(0, 100));
-      const std::string content = a["content"].get<std::string>();
-      TESSERA_CHECK(!a.value("special", false) || content == kEndOfText, "tokenizer.json ", src,
-                    ": special token \"", content,
-                    "\" is not supported (Tessera's GPT-2 reader "
-                    "knows ",
-                    kEndOfText, " only)");
-      vocab[content] = a["id"];
-    }
-  TESSERA_CHECK(model.contains("merges") && model["merges"].is_array(), "tokenizer.json ", src,
-                ": model.merges must be a list");
-  std::string merges = "#version: 0.2\n";
-  for (size_t i = 0; i < model["merges"].size(); ++i) {
-    const nlohmann::json& m = model["merges"][i];
-    if (m.is_string()) {
-      merges += m.get<std::string>() + "\n";
-    } else {
-      TESSERA_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
-                    "tokenizer.json ", src, ": merges[", i, "] must be \"a b\" or [\"a\", \"b\"]");
-      merges += m[0].get<std::string>() + " " + m[1].get<std::string>() + "\n";
-    }
-  }
-  return {vocab.dump(), merges};
-}
-
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
@@ -130,9 +71,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (j.is_object() && j.contains("format"))
     return std::make_unique<BpeTokenizer>(BpeTokenizer::from_json(j, spec));
   if (is_hf_tokenizer_json(j)) {
-    const auto [vocab, merges] = hf_json_as_gpt2(j, spec);
+    const HfByteLevelBpe b = hf_json_as_gpt2(j, spec);
     return std::make_unique<Gpt2Tokenizer>(
-        Gpt2Tokenizer::parse(vocab, merges, spec + " (vocab)", spec + " (merges)"));
+        Gpt2Tokenizer::parse(b.vocab, b.merges, spec + " (vocab)", spec + " (merges)", b.options));
   }
   const std::string merges = gpt2_files(spec).second;
   TESSERA_CHECK(j.is_object() && fs::exists(merges), "tokenizer file ", spec,
@@ -162,8 +103,12 @@ nlohmann::json tokenizer_record(const std::string& spec) {
     std::string text;
     const nlohmann::json j = read_tokenizer_json(file, &text);
     if (is_hf_tokenizer_json(j)) {
-      const auto [vocab, merges] = hf_json_as_gpt2(j, file);
-      return {{"kind", "gpt2"}, {"encoder_json", vocab}, {"vocab_bpe", merges}};
+      const HfByteLevelBpe b = hf_json_as_gpt2(j, file);
+      // GPT-2's pattern: GPT-2's two files say it all. Otherwise the file itself, which
+      // ckpt convert --to hf can then write back as it was.
+      if (b.options.pattern == SplitPattern::gpt2)
+        return {{"kind", "gpt2"}, {"encoder_json", b.vocab}, {"vocab_bpe", b.merges}};
+      return {{"kind", "hf_tokenizer_json"}, {"tokenizer_json", text}};
     }
   }
   const auto [encoder, vocab] = gpt2_files(spec);
@@ -187,6 +132,22 @@ std::unique_ptr<Tokenizer> load_tokenizer_record(const nlohmann::json& r,
     TESSERA_CHECK(r.contains("bpe"), "tokenizer record in ", source, ": kind 'bpe' needs 'bpe'");
     return std::make_unique<BpeTokenizer>(BpeTokenizer::from_json(r["bpe"], source));
   }
+  if (kind == "hf_tokenizer_json") {
+    const std::string& json_text = text("tokenizer_json");
+    check_json_depth(json_text, "tokenizer record in " + source);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(json_text);
+    } catch (const nlohmann::json::exception& e) {
+      detail::throw_error("tokenizer record in ", source, ": tokenizer_json is not valid JSON: ",
+                          e.what());
+    }
+    TESSERA_CHECK(is_hf_tokenizer_json(j), "tokenizer record in ", source,
+                  ": tokenizer_json is not a Hugging Face tokenizer.json");
+    const HfByteLevelBpe b = hf_json_as_gpt2(j, source);
+    return std::make_unique<Gpt2Tokenizer>(Gpt2Tokenizer::parse(
+        b.vocab, b.merges, source + " (vocab)", source + " (merges)", b.options));
+  }
   if (kind == "gpt2") {
     const std::string& encoder = text("encoder_json");
     const std::string& merges = text("vocab_bpe");
@@ -194,7 +155,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_record(const nlohmann::json& r,
         Gpt2Tokenizer::parse(encoder, merges, source + " (encoder.json)", source + " (vocab.bpe)"));
   }
   detail::throw_error("tokenizer record in ", source, ": unknown kind '", kind,
-                      "' (byte, bpe or gpt2)");
+                      "' (byte, bpe, gpt2 or hf_tokenizer_json)");
 }
 
 }  // namespace tessera::data

@@ -128,7 +128,8 @@ bool is_valid_utf8(std::string_view text) {
   return true;
 }
 
-size_t next_pretoken_end(std::string_view text, size_t pos) {
+size_t next_pretoken_end(std::string_view text, size_t pos, SplitPattern pattern) {
+  if (pattern == SplitPattern::cl100k) return next_cl100k_pretoken_end(text, pos);
   const size_t n = text.size();
   if (text[pos] == '\'') {
     size_t len = contraction_length(text, pos);
@@ -163,11 +164,11 @@ size_t next_pretoken_end(std::string_view text, size_t pos) {
   return last;
 }
 
-std::vector<std::string_view> pretokenize(std::string_view text) {
+std::vector<std::string_view> pretokenize(std::string_view text, SplitPattern pattern) {
   std::vector<std::string_view> chunks;
   size_t pos = 0;
   while (pos < text.size()) {
-    size_t end = next_pretoken_end(text, pos);
+    size_t end = next_pretoken_end(text, pos, pattern);
     chunks.push_back(text.substr(pos, end - pos));
     pos = end;
   }

@@ -8,12 +8,15 @@
 
 #include "data/data_test_util.h"
 #include "tessera/core/file_io.h"
+#include "tessera/data/hf_tokenizer.h"
 #include "tessera/data/load_tokenizer.h"
 
 namespace tessera::data {
 namespace {
 
 const std::string kDir = std::string(TESSERA_TEST_FIXTURES) + "/nn/fixtures/llama_parity/tokenizer";
+const std::string kLlama3Dir =
+    std::string(TESSERA_TEST_FIXTURES) + "/nn/fixtures/llama_parity/tokenizer_llama3";
 
 TEST(HfTokenizerJson, EncodesAsTheTokenizersLibrary) {
   const nlohmann::json golden =
@@ -36,6 +39,36 @@ TEST(HfTokenizerJson, EncodesAsTheTokenizersLibrary) {
   EXPECT_EQ(back->encode("it's we'll don't"), load_tokenizer(kDir)->encode("it's we'll don't"));
 }
 
+// Llama 3's pre-tokenizer (the cl100k split, then ByteLevel without its regex) and its special
+// tokens: the samples cover each alternative of the split (tools/make_llama_fixture.py).
+TEST(HfTokenizerJson, Llama3EncodesAsTheTokenizersLibrary) {
+  const nlohmann::json golden =
+      nlohmann::json::parse(read_text_file(kLlama3Dir + "/tokenizer_golden.json"));
+  ASSERT_GE(golden.size(), 10u);
+  const std::unique_ptr<Tokenizer> tok = load_tokenizer(kLlama3Dir);
+  EXPECT_EQ(tok->vocab_size(), 835);
+  EXPECT_EQ(tok->eot_id(), 1);  // <|end_of_text|>, the trainer's second special token
+  EXPECT_EQ(tok->special_id("<|eot_id|>"), 4);
+  for (const auto& g : golden) {
+    const std::string text = g["text"].get<std::string>();
+    const std::vector<int32_t> ids = tok->encode(text, /*allow_special=*/true);
+    EXPECT_EQ(ids, g["ids"].get<std::vector<int32_t>>()) << "\"" << text << "\"";
+    EXPECT_EQ(tok->decode(ids), text);
+  }
+  // The record keeps the file itself, and ckpt convert --to hf writes it back as it was.
+  const nlohmann::json record = tokenizer_record(kLlama3Dir);
+  EXPECT_EQ(record["kind"], "hf_tokenizer_json");
+  const std::unique_ptr<Tokenizer> back = load_tokenizer_record(record, "state.json");
+  for (const auto& g : golden)
+    EXPECT_EQ(back->encode(g["text"].get<std::string>(), true), g["ids"].get<std::vector<int32_t>>());
+  testing::TempDir dir;
+  write_hf_tokenizer(dir.path() + "/hf", record);
+  EXPECT_EQ(read_text_file(dir.path() + "/hf/tokenizer.json"),
+            read_text_file(kLlama3Dir + "/tokenizer.json"));
+  EXPECT_NE(read_text_file(dir.path() + "/hf/tokenizer_config.json").find("<|end_of_text|>"),
+            std::string::npos);
+}
+
 TEST(HfTokenizerJson, WhatWouldGiveOtherIdsIsRefused) {
   const nlohmann::json base = nlohmann::json::parse(read_text_file(kDir + "/tokenizer.json"));
   testing::TempDir dir;
@@ -56,8 +89,17 @@ TEST(HfTokenizerJson, WhatWouldGiveOtherIdsIsRefused) {
   j["model"]["type"] = "WordPiece";
   refused(j, {"model.type is \"WordPiece\""});
   j = base;
-  j["added_tokens"].push_back({{"id", 329}, {"content", "<|im_start|>"}, {"special", true}});
-  refused(j, {"special token \"<|im_start|>\" is not supported"});
+  j["pre_tokenizer"] = nlohmann::json::parse(
+      read_text_file(kLlama3Dir + "/tokenizer.json"))["pre_tokenizer"];
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\p{L}+|\\s+";  // not cl100k
+  refused(j, {"pre_tokenizer is", "Llama 3's"});
+  j["pre_tokenizer"] = nlohmann::json::parse(
+      read_text_file(kLlama3Dir + "/tokenizer.json"))["pre_tokenizer"];
+  j["pre_tokenizer"]["pretokenizers"][0]["invert"] = true;
+  refused(j, {"pre_tokenizer is"});
+  j = base;
+  j["added_tokens"] = nlohmann::json::array();
+  refused(j, {"no special token <|endoftext|> or <|end_of_text|>"});
   j = base;
   j["model"]["merges"][0] = 7;
   refused(j, {"merges[0] must be"});

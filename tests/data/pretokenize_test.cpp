@@ -9,9 +9,10 @@
 namespace tessera::data {
 namespace {
 
-std::vector<std::string> chunks(std::string_view text) {
+std::vector<std::string> chunks(std::string_view text,
+                                SplitPattern pattern = SplitPattern::gpt2) {
   std::vector<std::string> out;
-  for (std::string_view c : pretokenize(text)) out.emplace_back(c);
+  for (std::string_view c : pretokenize(text, pattern)) out.emplace_back(c);
   return out;
 }
 
@@ -77,6 +78,24 @@ TEST(Pretokenize, ValidatesUtf8) {
   EXPECT_FALSE(is_valid_utf8("\xf4\x90\x80\x80"));  // above U+10FFFF
   EXPECT_FALSE(is_valid_utf8("ab\xe2\x82"));        // truncated
   EXPECT_FALSE(is_valid_utf8("\x80"));              // lone continuation
+}
+
+// Expected splits are what the cl100k / Llama 3 pattern gives under Python's `regex` module:
+// one case per alternative and the edges between them.
+TEST(Pretokenize, SplitsAsCl100k) {
+  auto cl100k = [](std::string_view text) { return chunks(text, SplitPattern::cl100k); };
+  EXPECT_EQ(cl100k("I'LL do"), (Chunks{"I", "'LL", " do"}));       // contractions, any case
+  EXPECT_EQ(cl100k(" 'til"), (Chunks{" '", "til"}));               // not a contraction
+  EXPECT_EQ(cl100k("(hello)"), (Chunks{"(hello", ")"}));            // a letter run's lead
+  EXPECT_EQ(cl100k("\tword"), (Chunks{"\tword"}));
+  EXPECT_EQ(cl100k("a \u3000b"), (Chunks{"a", " ", "\u3000b"}));  // U+3000: whitespace
+  EXPECT_EQ(cl100k("12345"), (Chunks{"123", "45"}));                // digits in threes
+  EXPECT_EQ(cl100k("1a"), (Chunks{"1", "a"}));
+  EXPECT_EQ(cl100k("!!\n\nx"), (Chunks{"!!\n\n", "x"}));           // punctuation + newlines
+  EXPECT_EQ(cl100k("a\n\n\nb"), (Chunks{"a", "\n\n\n", "b"}));     // up to the last newline
+  EXPECT_EQ(cl100k("x  \n  foo"), (Chunks{"x", "  \n", " ", " foo"}));
+  EXPECT_EQ(cl100k("x   "), (Chunks{"x", "   "}));                  // at the end of the text
+  EXPECT_EQ(cl100k("a  b"), (Chunks{"a", " ", " b"}));
 }
 
 }  // namespace

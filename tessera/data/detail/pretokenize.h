@@ -21,6 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/data/bpe_core.h"
+
 namespace tessera::data {
 
 enum class CharClass { letter, digit, space, other };
@@ -32,10 +34,18 @@ CharClass classify_char(std::string_view text, size_t pos, size_t* length);
 // Whether text is well-formed UTF-8 (no overlong forms, surrogates or code points > U+10FFFF).
 bool is_valid_utf8(std::string_view text);
 
+// SplitPattern::cl100k is the pattern of OpenAI's cl100k_base that Llama 3 adopted
+// (pretokenize_cl100k.cpp), over the same character classes:
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+//   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+
 // The end of the chunk that starts at pos (pos < text.size()).
-size_t next_pretoken_end(std::string_view text, size_t pos);
+size_t next_pretoken_end(std::string_view text, size_t pos,
+                         SplitPattern pattern = SplitPattern::gpt2);
+size_t next_cl100k_pretoken_end(std::string_view text, size_t pos);
 
 // All chunks of text, in order; they concatenate to text.
-std::vector<std::string_view> pretokenize(std::string_view text);
+std::vector<std::string_view> pretokenize(std::string_view text,
+                                          SplitPattern pattern = SplitPattern::gpt2);
 
 }  // namespace tessera::data
