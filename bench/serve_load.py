@@ -9,6 +9,13 @@ docs; output lengths are drawn from --output-len (uniform, or --output-dist expo
 long tail) and fixed by ignore_eos, as vLLM's benchmark does, so both modes do exactly the same
 work.
 
+A mode may carry its own limits, MODE:MAX_RUNNING:MAX_BATCH_TOKENS (for example
+continuous:4:16): comparing throughput at equal or better median TPOT, the way serving
+papers compare at a latency target, needs the continuous server at a smaller batch than the
+static one. Without them a mode takes --max-running and --max-batch-tokens. For each rate the
+JSON's "at_equal_tpot" names the continuous configuration of highest throughput whose median
+TPOT is no worse than each static one's, and the ratio.
+
 Reported per run: TTFT, TPOT (per request: (e2e - ttft) / (tokens - 1)), ITL (every gap
 between tokens) and end-to-end latency, each as mean, median and p99 in ms; requests/s,
 output tokens/s and total (prompt + output) tokens/s. JSON goes to --out; with matplotlib,
@@ -56,10 +63,19 @@ def prompt_set(n, lo, hi, seed):
     return prompts
 
 
-def start_server(args, batching):
+def parse_mode(spec, args):
+    """MODE[:MAX_RUNNING:MAX_BATCH_TOKENS] -> (label, batching, max_running, max_batch_tokens)."""
+    parts = spec.split(":")
+    if parts[0] not in ("continuous", "static") or len(parts) not in (1, 3):
+        raise SystemExit(f"serve_load: mode '{spec}' is not continuous|static[:RUNNING:TOKENS]")
+    running, tokens = (int(parts[1]), int(parts[2])) if len(parts) == 3 else \
+        (args.max_running, args.max_batch_tokens)
+    return spec, parts[0], running, tokens
+
+
+def start_server(args, batching, max_running, max_batch_tokens):
     cmd = [args.tessera, "serve", "--model", args.model, "--port", "0", "--batching", batching,
-           "--max-running", str(args.max_running), "--max-batch-tokens",
-           str(args.max_batch_tokens)]
+           "--max-running", str(max_running), "--max-batch-tokens", str(max_batch_tokens)]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     if args.kv_blocks:
@@ -192,8 +208,9 @@ def main():
     rates = [float(r) for r in args.rates.split(",")]
 
     results = {"config": {k: v for k, v in vars(args).items()}, "runs": []}
-    for mode in args.modes.split(","):
-        proc, port = start_server(args, mode)
+    modes = [parse_mode(m, args) for m in args.modes.split(",")]
+    for mode, batching, max_running, max_batch_tokens in modes:
+        proc, port = start_server(args, batching, max_running, max_batch_tokens)
         try:
             # The prompts' token counts, from the server's own usage figures.
             prompt_tokens = 0
@@ -207,9 +224,11 @@ def main():
             for rate in rates:
                 r = run_load(port, prompts, out_lens, prompt_tokens, rate, args.concurrency,
                              args.seed + 2)
-                r.update(mode=mode, rate=rate if rate != float("inf") else "inf")
+                r.update(mode=mode, batching=batching, max_running=max_running,
+                         max_batch_tokens=max_batch_tokens,
+                         rate=rate if rate != float("inf") else "inf")
                 results["runs"].append(r)
-                print(f"{mode:10s} rate {str(r['rate']):>5s}: {r['request_throughput']:6.2f} req/s "
+                print(f"{mode:18s} rate {str(r['rate']):>5s}: {r['request_throughput']:6.2f} req/s "
                       f"{r['output_throughput']:8.1f} out tok/s  TTFT median "
                       f"{r['ttft_ms']['median']:8.1f} ms  TPOT median {r['tpot_ms']['median']:7.2f} ms"
                       f"  ITL p99 {r['itl_ms']['p99']:7.2f} ms", file=sys.stderr)
@@ -217,14 +236,29 @@ def main():
             proc.terminate()
             proc.wait()
     by = {(r["mode"], str(r["rate"])): r for r in results["runs"]}
-    results["continuous_over_static"] = [
-        {"rate": str(rate if rate != float("inf") else "inf"),
-         "throughput_ratio": by[("continuous", k)]["output_throughput"] /
-                             by[("static", k)]["output_throughput"],
-         "median_tpot_ms": {"continuous": by[("continuous", k)]["tpot_ms"]["median"],
-                            "static": by[("static", k)]["tpot_ms"]["median"]}}
-        for rate in rates for k in [str(rate if rate != float("inf") else "inf")]
-        if ("continuous", k) in by and ("static", k) in by]
+    keys = [str(rate if rate != float("inf") else "inf") for rate in rates]
+    if ("continuous", keys[0]) in by and ("static", keys[0]) in by:
+        results["continuous_over_static"] = [
+            {"rate": k,
+             "throughput_ratio": by[("continuous", k)]["output_throughput"] /
+                                 by[("static", k)]["output_throughput"],
+             "median_tpot_ms": {"continuous": by[("continuous", k)]["tpot_ms"]["median"],
+                                "static": by[("static", k)]["tpot_ms"]["median"]}}
+            for k in keys]
+    # Throughput at equal or better median TPOT: against each static run, the best continuous.
+    results["at_equal_tpot"] = []
+    for k in keys:
+        runs = [r for r in results["runs"] if str(r["rate"]) == k]
+        for st in (r for r in runs if r["batching"] == "static"):
+            ok = [r for r in runs if r["batching"] == "continuous"
+                  and r["tpot_ms"]["median"] <= st["tpot_ms"]["median"]]
+            best = max(ok, key=lambda r: r["output_throughput"], default=None)
+            results["at_equal_tpot"].append({
+                "rate": k, "static": st["mode"], "static_tpot_ms": st["tpot_ms"]["median"],
+                "continuous": best["mode"] if best else None,
+                "continuous_tpot_ms": best["tpot_ms"]["median"] if best else None,
+                "throughput_ratio": best["output_throughput"] / st["output_throughput"]
+                if best else None})
     text = json.dumps(results, indent=2)
     if args.out:
         with open(args.out + ".tmp", "w") as f:
@@ -239,7 +273,7 @@ def main():
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(6, 4))
         finite = [r for r in rates if r != float("inf")]
-        for mode in args.modes.split(","):
+        for mode, _, _, _ in modes:
             ys = [by[(mode, str(r))]["output_throughput"] for r in finite]
             ax.plot(finite, ys, marker="o", label=mode)
             if float("inf") in rates:
