@@ -56,6 +56,20 @@ void StepTrace::add_calls(const FlightRecorder& recorder, int64_t begin_us, int6
   }
 }
 
+std::pair<int64_t, int64_t> StepTrace::extent(TraceTrack track, int64_t from_us) const {
+  int64_t first = 0, last = 0;
+  bool any = false;
+  for (const nlohmann::json& e : events_) {
+    if (e["tid"].get<int>() != int(track)) continue;
+    const int64_t ts = e["ts"].get<int64_t>(), end = ts + e["dur"].get<int64_t>();
+    if (ts < from_us) continue;
+    first = any ? std::min(first, ts) : ts;
+    last = any ? std::max(last, end) : end;
+    any = true;
+  }
+  return {first, last};
+}
+
 nlohmann::json StepTrace::to_json() const {
   nlohmann::json events = nlohmann::json::array();
   events.push_back({{"ph", "M"}, {"pid", rank_}, {"name", "process_name"},

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -36,6 +37,10 @@ class StepTrace {
   // The recorder's calls queued in [begin_us, end_us]: transfers on the pipeline track,
   // collectives on the communication track.
   void add_calls(const FlightRecorder& recorder, int64_t begin_us, int64_t end_us);
+
+  // The earliest begin and the latest end of the spans on `track` that begin at or after
+  // from_us; {0, 0} when there is none.
+  std::pair<int64_t, int64_t> extent(TraceTrack track, int64_t from_us) const;
 
   // {"traceEvents": [metadata, spans...], "displayTimeUnit": "ms"}
   nlohmann::json to_json() const;

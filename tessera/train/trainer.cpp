@@ -626,10 +626,19 @@ bool Trainer::agree_on_stop(const std::atomic<bool>* stop) {
 
 void Trainer::trace_step(int64_t begin_us, const PhaseTimes& phases, bool traced_inside,
                          double loss) {
-  const int64_t end_us = begin_us + int64_t((phases.data_ms + phases.step_ms) * 1e3);
+  int64_t end_us = begin_us + int64_t((phases.data_ms + phases.step_ms) * 1e3);
   const int64_t data_end_us = begin_us + int64_t(phases.data_ms * 1e3);
   trace_->span(parallel::TraceTrack::step, "data", begin_us, data_end_us);
-  if (!traced_inside) trace_->span(parallel::TraceTrack::step, "engine", data_end_us, end_us);
+  if (!traced_inside) {
+    trace_->span(parallel::TraceTrack::step, "engine", data_end_us, end_us);
+  } else if (const auto [first, last] = trace_->extent(parallel::TraceTrack::step, data_end_us);
+             last > 0) {
+    // The engine's spans tile its own call; what lies around it in the step (the call and
+    // its return, a descheduled thread) is the trainer's, so the track still tiles the step.
+    end_us = std::max(end_us, last);
+    if (first > data_end_us) trace_->span(parallel::TraceTrack::step, "trainer", data_end_us, first);
+    if (end_us > last) trace_->span(parallel::TraceTrack::step, "trainer", last, end_us);
+  }
   trace_->span(parallel::TraceTrack::step, str_cat("step ", step_), begin_us, end_us,
                {{"data_ms", phases.data_ms}, {"step_ms", phases.step_ms}, {"loss", loss}});
   trace_->add_calls(*world_->flight_recorder(), begin_us, end_us);

@@ -155,6 +155,7 @@ ParallelStepStats ParallelTrainer::step(const Tensor& inputs, const Tensor& targ
 
 ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor& targets) {
   const Clock::time_point start = Clock::now();
+  const int64_t start_us = trace_ ? flight_clock_us() : 0;
   const int64_t rows = config_.batch_size / config_.mesh.size("dp"), T = config_.seq_len;
   for (const Tensor* t : {&inputs, &targets})
     TESSERA_CHECK(t->defined() && t->dim() == 2 && t->size(0) == rows && t->size(1) == T &&
@@ -221,8 +222,9 @@ ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor
     // The step track's spans tile the step: setup (the targets' count, the batch on the
     // device), forward/backward (the pipeline), finish (waiting for the gradient reductions
     // still in flight, the loss's average, a streamed save's wait), the update.
+    // Every boundary is one read of the flight clock, so the spans tile [start_us, end_us]
+    // exactly, whatever the thread was descheduled for between them.
     const int64_t end_us = flight_clock_us();
-    const int64_t start_us = end_us - int64_t(out.seconds * 1e6);
     trace_->span(TraceTrack::step, "setup", start_us, pipeline_us);
     trace_->span(TraceTrack::step, "forward/backward", pipeline_us, pipeline_end_us,
                  {{"forward_ms", pipe.forward_seconds * 1e3},
