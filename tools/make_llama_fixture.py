@@ -74,24 +74,30 @@ def model_fixture(name, tied):
 
 
 def tokenizer_fixture():
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+    from tokenizers import Tokenizer, models, pre_tokenizers
     corpus = []
     for i in range(400):
         corpus.append(f"line {i % 17}: the quick brown fox jumps over {(i * 7) % 11} lazy dogs; "
                       f"naïve café {i % 5} it's we'll don't")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    train_and_save(tok, corpus, 400, ["<|endoftext|>"], "tokenizer", SAMPLES)
+
+
+def train_and_save(tok, corpus, vocab_size, specials, name, samples):
+    """Trains tok's BPE on corpus, saves OUT/name/tokenizer.json and the samples' ids."""
+    from tokenizers import decoders, pre_tokenizers, trainers
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(corpus, trainer)
-    out = os.path.join(OUT, "tokenizer")
+    out = os.path.join(OUT, name)
     os.makedirs(out, exist_ok=True)
     tok.save(os.path.join(out, "tokenizer.json"))
-    golden = [{"text": s, "ids": tok.encode(s).ids} for s in SAMPLES]
+    golden = [{"text": s, "ids": tok.encode(s).ids} for s in samples]
     with open(os.path.join(out, "tokenizer_golden.json"), "w", encoding="utf-8") as f:
         json.dump(golden, f, ensure_ascii=False, indent=1)
-    print(f"tokenizer: {tok.get_vocab_size()} ids")
+    print(f"{name}: {tok.get_vocab_size()} ids")
 
 
 LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
@@ -116,7 +122,7 @@ LLAMA3_SAMPLES = [
 
 
 def llama3_tokenizer_fixture():
-    from tokenizers import Tokenizer, Regex, models, pre_tokenizers, decoders, trainers
+    from tokenizers import Tokenizer, Regex, models, pre_tokenizers
     corpus = []
     for i in range(400):
         corpus.append(f"Line {i % 17}: the quick brown fox jumps over {(i * 7919) % 100000} lazy "
@@ -126,17 +132,7 @@ def llama3_tokenizer_fixture():
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=1000, special_tokens=LLAMA3_SPECIALS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(corpus, trainer)
-    out = os.path.join(OUT, "tokenizer_llama3")
-    os.makedirs(out, exist_ok=True)
-    tok.save(os.path.join(out, "tokenizer.json"))
-    golden = [{"text": s, "ids": tok.encode(s).ids} for s in LLAMA3_SAMPLES]
-    with open(os.path.join(out, "tokenizer_golden.json"), "w", encoding="utf-8") as f:
-        json.dump(golden, f, ensure_ascii=False, indent=1)
-    print(f"tokenizer_llama3: {tok.get_vocab_size()} ids")
+    train_and_save(tok, corpus, 1000, LLAMA3_SPECIALS, "tokenizer_llama3", LLAMA3_SAMPLES)
 
 
 def main():
