@@ -4,7 +4,8 @@
 // ui.perfetto.dev open it), one process per rank and three tracks:
 //
 //   step           the step (enclosing), and the spans that tile it: data, the engine's
-//                  setup, forward/backward, the loss, the update
+//                  setup, forward/backward, the loss, the update, and the trainer's time
+//                  around the engine's call
 //   pipeline       every forward and backward per micro-batch and chunk, and every send and
 //                  recv (from the flight recorder: queued to completed, with peer, seq, bytes)
 //   communication  every collective (queued to completed: the in-flight time; its args say
