@@ -145,17 +145,8 @@ void run_generate(const GenerateFlags& f) {
   if (f.threads > 0) set_num_threads(f.threads);
   // --device cuda-sim: the CUDA backend with every kernel in the CPU simulator.
   if (f.device == "cuda-sim") cuda::use_simulated_device();
-  const std::shared_ptr<parallel::Communicator> mpi = mpi_world();
-  const int rank = mpi ? mpi->rank() : 0;
-  try {
-    generate_on_rank(f, rank == 0);
-  } catch (const Error&) {
-    // Every rank runs the same checks on the same flags, files and gathered logits, so an error
-    // (a layout that does not fit, a bad checkpoint) is the same on every rank: rank 0 reports
-    // it in one line, the others only fail.
-    if (rank == 0) throw;
-    exit_code() = 1;
-  }
+  // Every rank also samples from the same gathered logits, so generation errors agree too.
+  run_reporting_on_rank_zero([&](int rank) { generate_on_rank(f, rank == 0); });
 }
 
 }  // namespace

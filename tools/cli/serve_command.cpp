@@ -356,19 +356,7 @@ void lead_serve(const ServeFlags& f) {
 }
 
 void run_serve(const ServeFlags& f) {
-  const std::shared_ptr<parallel::Communicator> mpi = mpi_world();
-  const int rank = mpi ? mpi->rank() : 0;
-  try {
-    if (rank == 0)
-      lead_serve(f);
-    else
-      follow_serve(f);
-  } catch (const Error&) {
-    // Every rank checks the same flags and files, so a refusal is the same on every rank:
-    // rank 0 reports it in one line, the others only fail.
-    if (rank == 0) throw;
-    exit_code() = 1;
-  }
+  run_reporting_on_rank_zero([&](int rank) { rank == 0 ? lead_serve(f) : follow_serve(f); });
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "cli/tp_group.h"
 
+#include "cli/commands.h"
 #include "tessera/core/error.h"
 #include "tessera/parallel/mesh.h"
 
@@ -34,6 +35,17 @@ std::shared_ptr<parallel::tp::TensorParallel> make_tp_group(int tp, const std::s
   const std::shared_ptr<parallel::Communicator> mpi = mpi_world();
   auto mesh = std::make_shared<parallel::DeviceMesh>(mpi, parallel::MeshShape{1, 1, tp});
   return parallel::tp::TensorParallel::from_mesh(mesh, false);
+}
+
+void run_reporting_on_rank_zero(const std::function<void(int rank)>& body) {
+  const std::shared_ptr<parallel::Communicator> mpi = mpi_world();
+  const int rank = mpi ? mpi->rank() : 0;
+  try {
+    body(rank);
+  } catch (const Error&) {
+    if (rank == 0) throw;
+    exit_code() = 1;
+  }
 }
 
 }  // namespace tessera::cli
