@@ -133,7 +133,7 @@ bool Engine::step() {
                          s.sequence->tokens.begin() + s.start + s.length);
     }
     send(plan);
-    const Tensor logits = run(plan);
+    const Tensor logits = run(std::move(plan));  // sent already: its tables move into the batch
     const std::vector<float> host = to_vector<float>(logits);  // [segments, vocab_rows]
     scheduler_.advance(it);
     const int64_t rows = logits.size(1), vocab = model_.config().vocab_size;
@@ -160,9 +160,9 @@ bool Engine::step() {
   return !it.segments.empty();
 }
 
-Tensor Engine::run(const IterationPlan& plan) {
-  const nn::PagedBatch batch =
-      nn::make_paged_batch(plan.segments, plan.tables, cache_, model_.config().block_size);
+Tensor Engine::run(IterationPlan plan) {
+  const nn::PagedBatch batch = nn::make_paged_batch(
+      std::move(plan.segments), std::move(plan.tables), cache_, model_.config().block_size);
   const Tensor ids =
       from_vector<int32_t>(plan.tokens, Shape{int64_t(plan.tokens.size())}, cache_.device());
   return ops::cast(model_.forward_paged(ids, batch, cache_), DType::f32);
@@ -188,7 +188,7 @@ void Engine::release_followers() {
 void Engine::follow(PlanChannel& leader) {
   TESSERA_CHECK(!followers_, "serve: a leader engine cannot follow");
   for (IterationPlan plan = leader.receive(); !plan.stop; plan = leader.receive())
-    if (!plan.idle()) run(plan);
+    if (!plan.idle()) run(std::move(plan));
 }
 
 EngineStats Engine::stats() const {

@@ -104,7 +104,7 @@ class Engine {
   };
   void finish(int64_t id, FinishReason reason);  // frees now, notifies in publish()
   void publish(int64_t generated, bool ran);      // stats, then the finished callbacks
-  Tensor run(const IterationPlan& plan);          // forward_paged: logits [segments, rows]
+  Tensor run(IterationPlan plan);                 // forward_paged: logits [segments, rows]
   void send(const IterationPlan& plan);
 
   nn::GPT& model_;

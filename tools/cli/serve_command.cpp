@@ -250,8 +250,7 @@ struct ServeApp::State {
 
 ServeApp::ServeApp(ServeFlags flags) : state_(std::make_unique<State>()) {
   const ServeFlags& f = flags;
-  TESSERA_CHECK(f.tp == 1 || f.device == "cpu", "serve: --device ", f.device, " with --tp ", f.tp,
-                " is not supported (tensor-parallel serving runs on the CPU); use one of them");
+  check_serve_tp_device(f);
   require_tp_world(f.tp, "serve");
   TESSERA_CHECK(f.port >= 0 && f.port <= 65535, "serve: --port must be in [0, 65535], got ",
                 f.port);

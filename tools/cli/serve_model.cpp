@@ -10,10 +10,13 @@
 
 namespace tessera::cli {
 
-ServedModel load_served_model(const ServeFlags& f) {
-  // ServeApp has checked --tp and --device on rank 0 already; the followers check here.
+void check_serve_tp_device(const ServeFlags& f) {
   TESSERA_CHECK(f.tp == 1 || f.device == "cpu", "serve: --device ", f.device, " with --tp ", f.tp,
                 " is not supported (tensor-parallel serving runs on the CPU); use one of them");
+}
+
+ServedModel load_served_model(const ServeFlags& f) {
+  check_serve_tp_device(f);  // ServeApp checked it on rank 0 before listening; followers here
   if (f.threads > 0) set_num_threads(f.threads);
   if (f.device == "cuda-sim") cuda::use_simulated_device();
   ServedModel m;

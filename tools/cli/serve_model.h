@@ -23,6 +23,9 @@ struct ServedModel {
   std::shared_ptr<serve::PlanChannel> followers;
 };
 
+// Throws unless --tp and --device can go together (tensor-parallel serving runs on the CPU).
+void check_serve_tp_device(const ServeFlags& f);
+
 // Every rank, collectively under --tp: the group, the model on --device, the engine options.
 ServedModel load_served_model(const ServeFlags& f);
 
