@@ -1,6 +1,5 @@
-// Sharded checkpoints: the geometry arithmetic, a rank's shard, rank 0's manifest, and the
-// reassembly. Every field of a manifest is untrusted at load (a set may be truncated, mixed
-// with another run's files, or hostile), and is checked before it is used.
+// Sharded checkpoints: the format's checked accessors, the geometry arithmetic, a rank's shard
+// and rank 0's manifest. The reader is sharded_reader.cpp.
 
 #include "tessera/nn/io/sharded_checkpoint.h"
 
@@ -20,6 +19,7 @@
 #include "tessera/core/version.h"
 #include "tessera/nn/io/detail/checkpoint_files.h"
 #include "tessera/nn/io/detail/checksum.h"
+#include "tessera/nn/io/detail/sharded_format.h"
 #include "tessera/nn/io/safetensors.h"
 
 namespace tessera::nn {
@@ -27,22 +27,12 @@ namespace tessera::nn {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-namespace {
-
-constexpr const char* kManifestFormat = "tessera-sharded-checkpoint";
-constexpr const char* kShardFormat = "tessera-shard";
-constexpr int64_t kVersion = 1;
+namespace sharded_format {
 
 std::string shard_stem(int rank) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "shard_%05d", rank);
   return buf;
-}
-
-// The safetensors key of a piece: unique within a shard (a name's pieces start apart), and
-// the model's and the optimizer's names cannot collide.
-std::string piece_key(const ShardPiece& p) {
-  return str_cat(p.optimizer ? "optimizer/" : "model/", p.name, ":", p.begin);
 }
 
 json dims_json(std::span<const int64_t> dims) {
@@ -51,31 +41,6 @@ json dims_json(std::span<const int64_t> dims) {
   return a;
 }
 
-json piece_json(const ShardPiece& p) {
-  return {{"key", piece_key(p)},
-          {"name", p.name},
-          {"optimizer", p.optimizer},
-          {"dtype", dtype_name(p.data.dtype())},
-          {"full_shape", dims_json(p.full_shape.span())},
-          {"local_shape", dims_json(p.geometry.local_shape.span())},
-          {"split_dim", p.geometry.split_dim},
-          {"segments", dims_json(p.geometry.segments)},
-          {"tp", {p.geometry.tp_rank, p.geometry.tp_size}},
-          {"begin", p.begin},
-          {"length", p.data.numel()}};
-}
-
-void write_json_file(const fs::path& path, const json& j, const char* what) {
-  std::string text;
-  try {
-    text = j.dump() + "\n";
-  } catch (const json::type_error& e) {
-    detail::throw_error(what, ": the state holds a string that is not UTF-8: ", e.what());
-  }
-  write_file_atomic(path.string(), text);
-}
-
-// A field of an untrusted object, with its expected type checked.
 const json& field(const json& obj, const char* key, bool (json::*is)() const, const char* type,
                   const std::string& where) {
   TESSERA_CHECK(obj.is_object() && obj.contains(key) && (obj[key].*is)(), where, ": '", key,
@@ -101,7 +66,6 @@ std::vector<int64_t> dims_field(const json& obj, const char* key, const std::str
   return out;
 }
 
-// A shape whose element count fits 2^40, so no product below overflows.
 Shape to_shape(const std::vector<int64_t>& dims, const std::string& where) {
   int64_t n = 1;
   for (int64_t d : dims)
@@ -110,7 +74,6 @@ Shape to_shape(const std::vector<int64_t>& dims, const std::string& where) {
   return Shape(std::span<const int64_t>(dims));
 }
 
-// One parsed piece record of a shard index.
 ShardPiece parse_piece(const json& j, const std::string& where, DType* dtype, std::string* key,
                        int64_t* length) {
   ShardPiece p;
@@ -137,11 +100,47 @@ ShardPiece parse_piece(const json& j, const std::string& where, DType* dtype, st
   return p;
 }
 
+}  // namespace sharded_format
+
+using namespace sharded_format;
+
+namespace {
+
+// The safetensors key of a piece: unique within a shard (a name's pieces start apart), and
+// the model's and the optimizer's names cannot collide.
+std::string piece_key(const ShardPiece& p) {
+  return str_cat(p.optimizer ? "optimizer/" : "model/", p.name, ":", p.begin);
+}
+
+json piece_json(const ShardPiece& p) {
+  return {{"key", piece_key(p)},
+          {"name", p.name},
+          {"optimizer", p.optimizer},
+          {"dtype", dtype_name(p.data.dtype())},
+          {"full_shape", dims_json(p.full_shape.span())},
+          {"local_shape", dims_json(p.geometry.local_shape.span())},
+          {"split_dim", p.geometry.split_dim},
+          {"segments", dims_json(p.geometry.segments)},
+          {"tp", {p.geometry.tp_rank, p.geometry.tp_size}},
+          {"begin", p.begin},
+          {"length", p.data.numel()}};
+}
+
+void write_json_file(const fs::path& path, const json& j, const char* what) {
+  std::string text;
+  try {
+    text = j.dump() + "\n";
+  } catch (const json::type_error& e) {
+    detail::throw_error(what, ": the state holds a string that is not UTF-8: ", e.what());
+  }
+  write_file_atomic(path.string(), text);
+}
+
 // A rank's index as write_shard leaves it (its pieces without data).
 json shard_index(const ShardJob& job, const fs::path& file, uint64_t checksum) {
   json pieces = json::array();
   for (const ShardPiece& p : job.pieces) pieces.push_back(piece_json(p));
-  return {{"format", kShardFormat}, {"version", kVersion},
+  return {{"format", kShardFormat}, {"version", kShardedVersion},
           {"step", job.step},       {"rank", job.rank},
           {"ranks", job.ranks},     {"nonce", job.nonce},
           {"file", file.filename().string()},
@@ -311,7 +310,7 @@ std::string write_shard(const ShardJob& job) {
                 "write_shard: state must be a JSON object, got ", job.state.type_name());
   check_finite(job.state, "state");
   json manifest = {{"format", kManifestFormat},
-                   {"version", kVersion},
+                   {"version", kShardedVersion},
                    {"step", job.step},
                    {"ranks", job.ranks},
                    {"nonce", job.nonce},
@@ -336,140 +335,6 @@ bool is_incomplete_checkpoint(const std::string& dir) {
   std::error_code ec;
   return is_sharded_checkpoint(dir) &&
          !fs::exists(fs::path(dir) / kShardedManifestFile, ec);
-}
-
-CheckpointData load_sharded_checkpoint(const std::string& dir_string) {
-  const fs::path dir(dir_string);
-  const fs::path mp = dir / kShardedManifestFile;
-  const std::string where = mp.string();
-  TESSERA_CHECK(fs::is_regular_file(mp), "sharded checkpoint ", dir_string, ": no ",
-                kShardedManifestFile, " (its save did not finish)");
-  json m = read_json_file(mp.string());
-  TESSERA_CHECK(m.is_object(), where, ": expected a JSON object, got ", m.type_name());
-  TESSERA_CHECK(m.value("format", json()) == kManifestFormat, where, ": 'format' is ",
-                m.value("format", json()).dump(), ", expected \"", kManifestFormat, "\"");
-  const json version = m.value("version", json());
-  check_format_version(
-      where + " 'version'", kManifestFormat,
-      version.is_number_integer() ? std::optional(version.get<int64_t>()) : std::nullopt,
-      version.dump(), kVersion);
-  CheckpointData data;
-  data.step = int_field(m, "step", where);
-  TESSERA_CHECK(data.step >= 0, where, ": 'step' must be non-negative, got ", data.step);
-  if (auto named = parse_checkpoint_name(dir.filename().string()))
-    TESSERA_CHECK(*named == data.step, where, ": 'step' is ", data.step, " but the directory is ",
-                  dir.filename().string());
-  const int64_t ranks = int_field(m, "ranks", where);
-  const json& shards = field(m, "shards", &json::is_array, "an array", where);
-  TESSERA_CHECK(ranks >= 1 && int64_t(shards.size()) == ranks, where, ": 'ranks' is ", ranks,
-                " but 'shards' lists ", shards.size());
-  const json nonce = m.value("nonce", json());
-  data.state = field(m, "state", &json::is_object, "an object", where);
-
-  // What the pieces claim per tensor, bounded by the shards' real sizes, so that no tensor is
-  // allocated that its pieces could not fill (a hostile full_shape).
-  std::map<std::pair<bool, std::string>, int64_t> claimed;
-  for (int64_t r = 0; r < ranks; ++r) {
-    const json& s = shards[size_t(r)];
-    const std::string sw = str_cat(where, " shard ", r);
-    const fs::path path = dir / (shard_stem(int(r)) + ".safetensors");
-    TESSERA_CHECK(fs::is_regular_file(path), path.string(), ": missing (listed in ", where, ")");
-    const uint64_t size = fs::file_size(path);
-    uint64_t bytes = 0;
-    for (const json& pj : field(s, "pieces", &json::is_array, "an array", sw)) {
-      const int64_t length = int_field(pj, "length", sw);
-      TESSERA_CHECK(length >= 0 && uint64_t(length) <= size, sw, ": a piece's 'length' ", length,
-                    " exceeds its file's ", size, " bytes");
-      bytes += uint64_t(length);
-      TESSERA_CHECK(bytes <= size, sw, ": its pieces hold more elements than its file has bytes");
-      claimed[{field(pj, "optimizer", &json::is_boolean, "a boolean", sw).get<bool>(),
-               field(pj, "name", &json::is_string, "a string", sw).get<std::string>()}] += length;
-    }
-  }
-
-  struct Assembled {
-    Tensor full;
-    std::vector<bool> covered;
-    int64_t count = 0;
-  };
-  std::map<std::pair<bool, std::string>, Assembled> tensors;
-  std::vector<std::pair<bool, std::string>> order;
-  for (int64_t r = 0; r < ranks; ++r) {
-    const json& s = shards[size_t(r)];
-    const std::string sw = str_cat(where, " shard ", r);
-    TESSERA_CHECK(s.is_object() && int_field(s, "rank", sw) == r &&
-                      s.value("nonce", json()) == nonce && s.value("step", json()) == data.step,
-                  sw, ": its rank, step or nonce disagrees with the manifest");
-    const std::string file = field(s, "file", &json::is_string, "a string", sw).get<std::string>();
-    TESSERA_CHECK(file == shard_stem(int(r)) + ".safetensors", sw, ": 'file' is '", file,
-                  "', expected ", shard_stem(int(r)), ".safetensors");
-    const fs::path path = dir / file;
-    const std::string fw = path.string();
-    TESSERA_CHECK(fs::is_regular_file(path), fw, ": missing (listed in ", where, ")");
-    const json& bytes = field(s, "bytes", &json::is_number_unsigned, "an integer", sw);
-    TESSERA_CHECK(fs::file_size(path) == bytes.get<uint64_t>(), fw, ": ", fs::file_size(path),
-                  " bytes, but ", where, " records ", bytes.get<uint64_t>(),
-                  " (truncated or replaced)");
-    const std::string sum = checksum_hex(file_checksum(fw));
-    const std::string want = field(s, "checksum", &json::is_string, "a string", sw).get<std::string>();
-    TESSERA_CHECK(sum == want, fw, ": checksum ", sum, " does not match ", want, " recorded in ",
-                  where, " (the file is corrupt or from another checkpoint)");
-    const SafetensorsFile st = read_safetensors(fw);
-    std::map<std::string, const Tensor*> by_key;
-    for (const auto& [key, t] : st.tensors) by_key[key] = &t;
-    const json& pieces = field(s, "pieces", &json::is_array, "an array", sw);
-    TESSERA_CHECK(pieces.size() == st.tensors.size(), fw, ": holds ", st.tensors.size(),
-                  " tensors but ", where, " lists ", pieces.size(), " pieces");
-    for (const json& pj : pieces) {
-      DType dtype = DType::f32;
-      std::string key;
-      int64_t length = 0;
-      const ShardPiece p = parse_piece(pj, sw, &dtype, &key, &length);
-      const std::string pw = str_cat(fw, ": piece '", key, "' of '", p.name, "'");
-      auto it = by_key.find(key);
-      TESSERA_CHECK(it != by_key.end(), pw, " is missing from the file");
-      const Tensor& src = *it->second;
-      TESSERA_CHECK(src.dtype() == dtype && src.shape() == Shape{length}, pw, " is ",
-                    src.describe(), ", but ", where, " records ", dtype_name(dtype), "[", length,
-                    "]");
-      const auto id = std::make_pair(p.optimizer, p.name);
-      TESSERA_CHECK(p.full_shape.numel() <= claimed[id], pw, ": full shape ",
-                    p.full_shape.to_string(), " has more elements than all its pieces (",
-                    claimed[id], ")");
-      auto [at, fresh] = tensors.try_emplace(id);
-      Assembled& a = at->second;
-      if (fresh) {
-        a.full = empty(p.full_shape, dtype);
-        a.covered.assign(size_t(p.full_shape.numel()), false);
-        order.push_back(id);
-      }
-      TESSERA_CHECK(a.full.shape() == p.full_shape && a.full.dtype() == dtype, pw, " is part of ",
-                    dtype_name(dtype), p.full_shape.to_string(), ", but an earlier piece says ",
-                    a.full.describe());
-      const size_t es = dtype_size(dtype);
-      char* out = static_cast<char*>(a.full.data_ptr());
-      const char* in = static_cast<const char*>(src.data_ptr());
-      for (const PieceRun& run : piece_runs(p.geometry, p.full_shape, p.begin, length, pw)) {
-        for (int64_t i = run.full_offset; i < run.full_offset + run.length; ++i) {
-          TESSERA_CHECK(!a.covered[size_t(i)], pw, ": element ", i, " of '", p.name,
-                        "' is covered twice");
-          a.covered[size_t(i)] = true;
-        }
-        std::memcpy(out + size_t(run.full_offset) * es, in + size_t(run.piece_offset) * es,
-                    size_t(run.length) * es);
-        a.count += run.length;
-      }
-    }
-  }
-  for (const auto& id : order) {
-    Assembled& a = tensors.at(id);
-    TESSERA_CHECK(a.count == a.full.numel(), where, ": ", id.first ? "optimizer" : "model",
-                  " tensor '", id.second, "' ", a.full.describe(), " has ", a.count, " of ",
-                  a.full.numel(), " elements in the shards (a shard is missing or from another "
-                  "layout)");
-    (id.first ? data.optimizer : data.model).emplace_back(id.second, std::move(a.full));
-  }
-  return data;
 }
 
 std::string save_sharded_checkpoint(const std::string& run_dir, const CheckpointData& data,

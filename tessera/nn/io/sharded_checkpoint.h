@@ -115,10 +115,47 @@ std::string write_shard(const ShardJob& job);
 bool is_sharded_checkpoint(const std::string& dir);
 bool is_incomplete_checkpoint(const std::string& dir);
 
-// Reads, validates and reassembles a sharded set into the single-process CheckpointData
-// (load_checkpoint() calls it for such a directory). A missing manifest, a shard whose size or
-// checksum disagrees, a piece outside its tensor, an element covered twice or never: an error
-// naming the file and the tensor.
+// A validated set, its tensors' bytes left on disk: where every stored run of every
+// single-process tensor lies in which shard file. open_sharded_checkpoint() builds it;
+// read_pieces() then reads any part of any tensor, so a rank resuming under any layout reads
+// only what it holds (no rank reassembles the single-process state).
+struct ShardedSet {
+  // A run of a single-process tensor stored contiguously in one shard file.
+  struct StoredRun {
+    int64_t full_offset = 0;  // in the single-process tensor, flattened
+    int64_t length = 0;
+    int shard = 0;
+    uint64_t file_offset = 0;  // of the run's first byte in shard `shard`'s file
+  };
+  // One single-process tensor: its runs sorted by full_offset, tiling it exactly.
+  struct StoredTensor {
+    std::string name;
+    bool optimizer = false;
+    Shape full_shape;
+    DType dtype = DType::f32;
+    std::vector<StoredRun> runs;
+  };
+  std::string dir;
+  int64_t step = 0;
+  nlohmann::json state;                 // the caller's (as CheckpointData::state)
+  std::vector<std::string> shard_files;  // by rank
+  std::vector<StoredTensor> tensors;     // in the order the shards list them
+};
+
+// Reads and validates a set without reading its tensors into memory: the manifest, every
+// shard's index, size and checksum (streamed), and that the pieces tile every tensor. A
+// missing manifest, a shard whose size or checksum disagrees, a piece outside its tensor, an
+// element covered twice or never: an error naming the file and the tensor.
+ShardedSet open_sharded_checkpoint(const std::string& dir);
+
+// Fills each wanted piece (name, optimizer, full_shape, geometry and begin as a writer gives
+// them; data a contiguous CPU tensor of the stored dtype, [length]) from the set, whatever
+// layout wrote it. Elements that are tensor-parallel padding are set to zero. A tensor the set
+// lacks, or holds with another shape or dtype, is an error naming it.
+void read_pieces(const ShardedSet& set, std::vector<ShardPiece>& wanted);
+
+// open_sharded_checkpoint() and every tensor read whole: the single-process CheckpointData
+// (load_checkpoint() calls it for such a directory).
 CheckpointData load_sharded_checkpoint(const std::string& dir);
 
 // Writes `data` as a sharded set of `ranks` shards (each tensor split by flat range), as the
