@@ -63,6 +63,12 @@ void LayoutEngine::load_optimizer(const nn::OptimizerState& full) {
   trainer_.load_full_optimizer_state(full);
 }
 
+bool LayoutEngine::load_checkpoint_set(const nn::ShardedSet& set,
+                                       const nlohmann::json* optimizer_scalars) {
+  trainer_.load_checkpoint_set(set, optimizer_scalars);
+  return true;
+}
+
 nlohmann::json LayoutEngine::precision_state() const {
   return trainer_.precision().state();
 }

@@ -54,13 +54,16 @@ std::optional<ResumePoint> find_resume(const TrainOptions& o) {
   ResumePoint r;
   if (o.resume == "auto") {
     std::optional<nn::LoadedCheckpoint> newest =
-        nn::load_newest_good_checkpoint(o.run_dir, &r.skipped);
+        nn::load_newest_good_checkpoint(o.run_dir, &r.skipped, /*open_sharded=*/true);
     if (!newest) return std::nullopt;
     r.dir = std::move(newest->dir);
     r.data = std::move(newest->data);
+    r.set = std::move(newest->set);
   } else {
+    nn::LoadedCheckpoint given = nn::open_checkpoint(o.resume);
     r.dir = o.resume;
-    r.data = nn::load_checkpoint(o.resume);
+    r.data = std::move(given.data);
+    r.set = std::move(given.set);
   }
   if (r.data.state.contains("options")) check_resumable(o, r.data.state["options"]);
   return r;

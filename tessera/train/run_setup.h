@@ -24,6 +24,7 @@
 #include "tessera/data/tokenizer.h"
 #include "tessera/nn/gpt.h"
 #include "tessera/nn/io/checkpoint.h"
+#include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/nn/optim/optimizer.h"
 #include "tessera/train/options.h"
 
@@ -47,7 +48,9 @@ std::string flight_dir(const TrainOptions& o);
 
 struct ResumePoint {
   std::string dir;  // the checkpoint directory
-  nn::CheckpointData data;
+  nn::CheckpointData data;  // of a sharded set: its step and state only (see set)
+  // A sharded set, opened and validated but not read: each rank reads its own part.
+  std::shared_ptr<const nn::ShardedSet> set;
   // The newer checkpoints --resume auto passed over because they do not load, and why.
   std::vector<nn::SkippedCheckpoint> skipped;
 };

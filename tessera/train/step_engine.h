@@ -76,6 +76,16 @@ class StepEngine {
   // The optimizer state in the single-process format, on the CPU; and its load. Collective.
   virtual nn::OptimizerState gather_optimizer() = 0;
   virtual void load_optimizer(const nn::OptimizerState& full) = 0;
+  // Resumes from an opened sharded set (nn/io/sharded_checkpoint.h), reading only what this
+  // rank holds; with optimizer_scalars (the single-process optimizer's), the optimizer state
+  // too. False: this engine takes the single-process state instead (load_model and
+  // load_optimizer), and nothing was read. Collective.
+  virtual bool load_checkpoint_set(const nn::ShardedSet& set,
+                                   const nlohmann::json* optimizer_scalars) {
+    (void)set;
+    (void)optimizer_scalars;
+    return false;
+  }
   // What this rank writes of a sharded checkpoint (nn/io/sharded_checkpoint.h): every element
   // of the single-process model and optimizer state is in exactly one rank's pieces. Local.
   virtual OwnedState owned_state() = 0;

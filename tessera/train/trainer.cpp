@@ -302,6 +302,25 @@ void Trainer::build_loaders() {
 }
 
 void Trainer::resume_from(const ResumePoint& resume) {
+  if (resume.set) {
+    // A sharded set: each rank reads the part it holds, unless the engine takes the
+    // single-process state, for which the set is read whole.
+    const nlohmann::json& state = resume.data.state;
+    const bool optimizer =
+        state.contains("optimizer") &&
+        std::any_of(resume.set->tensors.begin(), resume.set->tensors.end(),
+                    [](const nn::ShardedSet::StoredTensor& t) { return t.optimizer; });
+    if (engine_->load_checkpoint_set(*resume.set, optimizer ? &state["optimizer"] : nullptr)) {
+      optimizer_note_ = optimizer ? "" : "the checkpoint holds no optimizer state";
+      restore_progress(state, resume.data.step, resume.dir);
+      skipped_checkpoints_ = describe_skipped(resume);
+      return;
+    }
+    ResumePoint whole{resume.dir, nn::read_sharded_checkpoint(*resume.set), nullptr,
+                      resume.skipped};
+    resume_from(whole);
+    return;
+  }
   engine_->load_model(resume.data.model);
   // Whichever layout (or one process) wrote it, every rank loads its part; a state of another
   // optimizer is refused in one line naming the file (restore_optimizer).
@@ -408,8 +427,8 @@ std::string Trainer::save_local() {
 }
 
 void Trainer::load(const std::string& checkpoint_dir) {
-  ResumePoint resume{checkpoint_dir, nn::load_checkpoint(checkpoint_dir), {}};
-  resume_from(resume);
+  nn::LoadedCheckpoint given = nn::open_checkpoint(checkpoint_dir);
+  resume_from({checkpoint_dir, std::move(given.data), std::move(given.set), {}});
 }
 
 data::Batch Trainer::next_rows() {

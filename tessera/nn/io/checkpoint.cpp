@@ -381,8 +381,18 @@ std::optional<std::string> find_latest_checkpoint(const std::string& run_dir) {
   return target.string();
 }
 
+LoadedCheckpoint open_checkpoint(const std::string& dir) {
+  if (!is_sharded_checkpoint(dir)) return {dir, load_checkpoint(dir), nullptr};
+  auto set = std::make_shared<ShardedSet>(open_sharded_checkpoint(dir));
+  LoadedCheckpoint out{dir, {}, nullptr};
+  out.data.step = set->step;
+  out.data.state = set->state;
+  out.set = std::move(set);
+  return out;
+}
+
 std::optional<LoadedCheckpoint> load_newest_good_checkpoint(
-    const std::string& run_dir, std::vector<SkippedCheckpoint>* skipped) {
+    const std::string& run_dir, std::vector<SkippedCheckpoint>* skipped, bool open_sharded) {
   std::vector<SkippedCheckpoint> passed;
   std::vector<int64_t> steps = list_checkpoints(run_dir);
   const fs::path dir = checkpoints_dir(run_dir);
@@ -411,7 +421,8 @@ std::optional<LoadedCheckpoint> load_newest_good_checkpoint(
     }
     const std::string candidate = (dir / checkpoint_name(*it)).string();
     try {
-      LoadedCheckpoint loaded{candidate, load_checkpoint(candidate)};
+      LoadedCheckpoint loaded =
+          open_sharded ? open_checkpoint(candidate) : LoadedCheckpoint{candidate, load_checkpoint(candidate), nullptr};
       if (skipped) *skipped = passed;
       return loaded;
     } catch (const Error& e) {

@@ -19,6 +19,7 @@
 // size, checksum or tensor list disagrees with state.json is an error naming the file.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,10 +73,20 @@ struct SkippedCheckpoint {
   std::string reason;
 };
 
+struct ShardedSet;  // sharded_checkpoint.h
+
 struct LoadedCheckpoint {
   std::string dir;
   CheckpointData data;
+  // A sharded set opened but not read (open_checkpoint): data holds its step and state only,
+  // and the caller reads what it needs (read_pieces, or read_sharded_checkpoint for all).
+  std::shared_ptr<const ShardedSet> set;
 };
+
+// A checkpoint directory validated for resuming: a single-process one is read (as
+// load_checkpoint), a sharded one only opened (open_sharded_checkpoint: every check, no tensor
+// read), so that each rank then reads its own part.
+LoadedCheckpoint open_checkpoint(const std::string& dir);
 
 // The newest checkpoint of run_dir that loads and validates: the one `latest` names, then the
 // older published ones, newest first. One that does not load (a missing, truncated or corrupt
@@ -83,7 +94,9 @@ struct LoadedCheckpoint {
 // be read (the candidates then start from the highest step). Checkpoints newer than the one
 // `latest` names are never candidates: they belong to a history the run was resumed away from.
 // nullopt when the run has no checkpoint; an error listing every skip when none loads.
+// With open_sharded, candidates are taken with open_checkpoint() (a sharded set is opened, not
+// read).
 std::optional<LoadedCheckpoint> load_newest_good_checkpoint(
-    const std::string& run_dir, std::vector<SkippedCheckpoint>* skipped);
+    const std::string& run_dir, std::vector<SkippedCheckpoint>* skipped, bool open_sharded = false);
 
 }  // namespace tessera::nn

@@ -153,9 +153,14 @@ ShardedSet open_sharded_checkpoint(const std::string& dir);
 // layout wrote it. Elements that are tensor-parallel padding are set to zero. A tensor the set
 // lacks, or holds with another shape or dtype, is an error naming it.
 void read_pieces(const ShardedSet& set, std::vector<ShardPiece>& wanted);
+// read_pieces()'s checks alone (what is wanted exists in the set with that shape and dtype),
+// to refuse a set before anything is changed.
+void check_pieces(const ShardedSet& set, const std::vector<ShardPiece>& wanted);
 
-// open_sharded_checkpoint() and every tensor read whole: the single-process CheckpointData
-// (load_checkpoint() calls it for such a directory).
+// Every tensor of an opened set read whole: the single-process CheckpointData.
+CheckpointData read_sharded_checkpoint(const ShardedSet& set);
+// open_sharded_checkpoint() then read_sharded_checkpoint() (load_checkpoint() calls it for
+// such a directory).
 CheckpointData load_sharded_checkpoint(const std::string& dir);
 
 // Writes `data` as a sharded set of `ranks` shards (each tensor split by flat range), as the

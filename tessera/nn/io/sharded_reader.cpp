@@ -186,25 +186,55 @@ ShardedSet open_sharded_checkpoint(const std::string& dir_string) {
   return set;
 }
 
-void read_pieces(const ShardedSet& set, std::vector<ShardPiece>& wanted) {
-  std::map<TensorId, const ShardedSet::StoredTensor*> index;
+namespace {
+
+using TensorIndex = std::map<TensorId, const ShardedSet::StoredTensor*>;
+
+TensorIndex index_of(const ShardedSet& set) {
+  TensorIndex index;
   for (const ShardedSet::StoredTensor& t : set.tensors) index[{t.optimizer, t.name}] = &t;
+  return index;
+}
+
+std::string piece_what(const ShardedSet& set, const ShardPiece& w) {
+  return str_cat("sharded checkpoint ", set.dir, ": ", w.optimizer ? "optimizer" : "model",
+                 " tensor '", w.name, "'");
+}
+
+// The stored tensor a wanted piece reads, checked.
+const ShardedSet::StoredTensor& stored_for(const ShardedSet& set, const TensorIndex& index,
+                                           const ShardPiece& w) {
+  const std::string what = piece_what(set, w);
+  auto it = index.find({w.optimizer, w.name});
+  TESSERA_CHECK(it != index.end(), what, " is not in the set");
+  const ShardedSet::StoredTensor& t = *it->second;
+  TESSERA_CHECK(t.full_shape == w.full_shape, what, " is ", dtype_name(t.dtype),
+                t.full_shape.to_string(), " in the set, but ", w.full_shape.to_string(),
+                " is wanted");
+  TESSERA_CHECK(w.data.defined() && w.data.device().is_cpu() && w.data.dim() == 1 &&
+                    w.data.is_contiguous() && w.data.dtype() == t.dtype,
+                what, ": the piece to fill must be a contiguous 1-D CPU ", dtype_name(t.dtype),
+                " tensor, got ", w.data.defined() ? w.data.describe() : "undefined");
+  piece_runs(w.geometry, w.full_shape, w.begin, w.data.numel(), what);  // checks the geometry
+  return t;
+}
+
+}  // namespace
+
+void check_pieces(const ShardedSet& set, const std::vector<ShardPiece>& wanted) {
+  const TensorIndex index = index_of(set);
+  for (const ShardPiece& w : wanted) stored_for(set, index, w);
+}
+
+void read_pieces(const ShardedSet& set, std::vector<ShardPiece>& wanted) {
+  const TensorIndex index = index_of(set);
+  for (const ShardPiece& w : wanted) stored_for(set, index, w);
   std::vector<std::unique_ptr<PosixFile>> files(set.shard_files.size());
   for (ShardPiece& w : wanted) {
-    const std::string what = str_cat("sharded checkpoint ", set.dir, ": ",
-                                     w.optimizer ? "optimizer" : "model", " tensor '", w.name, "'");
-    auto it = index.find({w.optimizer, w.name});
-    TESSERA_CHECK(it != index.end(), what, " is not in the set");
-    const ShardedSet::StoredTensor& t = *it->second;
-    TESSERA_CHECK(t.full_shape == w.full_shape, what, " is ", dtype_name(t.dtype),
-                  t.full_shape.to_string(), " in the set, but ", w.full_shape.to_string(),
-                  " is wanted");
-    TESSERA_CHECK(w.data.defined() && w.data.device().is_cpu() && w.data.dim() == 1 &&
-                      w.data.is_contiguous() && w.data.dtype() == t.dtype,
-                  what, ": the piece to fill must be a contiguous 1-D CPU ", dtype_name(t.dtype),
-                  " tensor, got ", w.data.defined() ? w.data.describe() : "undefined");
+    const ShardedSet::StoredTensor& t = stored_for(set, index, w);
     const int64_t length = w.data.numel();
-    const std::vector<PieceRun> runs = piece_runs(w.geometry, w.full_shape, w.begin, length, what);
+    const std::vector<PieceRun> runs =
+        piece_runs(w.geometry, w.full_shape, w.begin, length, piece_what(set, w));
     const size_t es = dtype_size(t.dtype);
     char* out = static_cast<char*>(w.data.data_ptr());
     int64_t filled = 0;
@@ -228,14 +258,13 @@ void read_pieces(const ShardedSet& set, std::vector<ShardPiece>& wanted) {
                    uint64_t(hi - lo) * es);
         copied += hi - lo;
       }
-      TESSERA_CHECK(copied == run.length, what, ": elements [", run.full_offset, ", ", end,
-                    ") are not all in the set");
+      TESSERA_CHECK(copied == run.length, piece_what(set, w), ": elements [", run.full_offset,
+                    ", ", end, ") are not all in the set");
     }
   }
 }
 
-CheckpointData load_sharded_checkpoint(const std::string& dir) {
-  ShardedSet set = open_sharded_checkpoint(dir);
+CheckpointData read_sharded_checkpoint(const ShardedSet& set) {
   std::vector<ShardPiece> whole;
   for (const ShardedSet::StoredTensor& t : set.tensors) {
     ShardPiece p;
@@ -249,11 +278,15 @@ CheckpointData load_sharded_checkpoint(const std::string& dir) {
   read_pieces(set, whole);
   CheckpointData data;
   data.step = set.step;
-  data.state = std::move(set.state);
+  data.state = set.state;
   for (ShardPiece& p : whole)
     (p.optimizer ? data.optimizer : data.model)
         .emplace_back(p.name, ops::reshape(p.data, p.full_shape));
   return data;
+}
+
+CheckpointData load_sharded_checkpoint(const std::string& dir) {
+  return read_sharded_checkpoint(open_sharded_checkpoint(dir));
 }
 
 }  // namespace tessera::nn

@@ -101,8 +101,7 @@ OptimizerState Optimizer::state_dict() const {
   return s;
 }
 
-void Optimizer::load_state_dict(const OptimizerState& state) {
-  const nlohmann::json& j = state.scalars;
+Optimizer::CheckedScalars Optimizer::check_scalars(const nlohmann::json& j) const {
   TESSERA_CHECK(j.is_object(), "optimizer state: scalars must be a JSON object, got ", j.dump());
   TESSERA_CHECK(j.contains("kind") && j["kind"].is_string() && j["kind"] == kind_,
                 "optimizer state: 'kind' must be \"", kind_, "\", got ",
@@ -111,12 +110,13 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
       j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() >= 0,
       "optimizer state: 'step' must be a non-negative integer, got ",
       j.contains("step") ? j["step"].dump() : "nothing");
-  const double lr = read_rate(j, "lr", "");
+  CheckedScalars out;
+  out.step = j["step"].get<int64_t>();
+  out.lr = read_rate(j, "lr", "");
   TESSERA_CHECK(
       j.contains("groups") && j["groups"].is_array() && j["groups"].size() == groups_.size(),
       "optimizer state: 'groups' must be an array of ", groups_.size(), " groups, got ",
       j.contains("groups") ? j["groups"].dump().substr(0, 200) : "nothing");
-  std::vector<std::pair<double, double>> rates;  // (weight_decay, lr_scale) per group
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const nlohmann::json& g = j["groups"][gi];
     const ParamGroup& mine = groups_[gi];
@@ -128,8 +128,27 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
     for (const auto& [name, p] : mine.params) names.push_back(name);
     TESSERA_CHECK(g.contains("params") && g["params"] == names, "optimizer state: group '",
                   mine.name, "' lists other parameters than this optimizer's ", names.size());
-    rates.emplace_back(read_rate(g, "weight_decay", where), read_rate(g, "lr_scale", where));
+    out.rates.emplace_back(read_rate(g, "weight_decay", where), read_rate(g, "lr_scale", where));
   }
+  return out;
+}
+
+void Optimizer::apply_scalars(const nlohmann::json& j, const CheckedScalars& checked) {
+  load_hyperparameters(j.contains("hyperparameters") ? j["hyperparameters"] : nlohmann::json());
+  step_ = checked.step;
+  lr_ = checked.lr;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    groups_[gi].weight_decay = checked.rates[gi].first;
+    groups_[gi].lr_scale = checked.rates[gi].second;
+  }
+}
+
+void Optimizer::load_scalars(const nlohmann::json& scalars) {
+  apply_scalars(scalars, check_scalars(scalars));
+}
+
+void Optimizer::load_state_dict(const OptimizerState& state) {
+  const CheckedScalars checked = check_scalars(state.scalars);
   // Every tensor present with its parameter's shape, and nothing else.
   const OptimizerState mine = state_dict();
   std::set<std::string> known;
@@ -144,14 +163,7 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
   for (const auto& [name, t] : state.tensors)
     TESSERA_CHECK(known.count(name), "optimizer state: unexpected tensor '", name, "' (",
                   t.describe(), ")");
-  load_hyperparameters(j.contains("hyperparameters") ? j["hyperparameters"] : nlohmann::json());
-
-  step_ = j["step"].get<int64_t>();
-  lr_ = lr;
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    groups_[gi].weight_decay = rates[gi].first;
-    groups_[gi].lr_scale = rates[gi].second;
-  }
+  apply_scalars(state.scalars, checked);
   NoGradGuard no_grad;
   for (const auto& [name, t] : mine.tensors) ops::copy_(t, find_tensor(state.tensors, name));
 }

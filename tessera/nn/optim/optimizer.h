@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -61,6 +62,9 @@ class Optimizer {
   // parameters and groups; throws naming the field, group or tensor that does not match,
   // before changing anything.
   void load_state_dict(const OptimizerState& state);
+  // Restores only the scalars of such a state (step, lr, groups' rates, hyperparameters),
+  // checked as load_state_dict() checks them: for a caller that restores the slots itself.
+  void load_scalars(const nlohmann::json& scalars);
 
  protected:
   // The per-parameter state slots ("exp_avg", ...) and their tensors, parallel to groups.
@@ -76,6 +80,15 @@ class Optimizer {
   int64_t step_ = 0;
 
  private:
+  // The scalars a state carries, validated; applied only once everything else checks out.
+  struct CheckedScalars {
+    int64_t step = 0;
+    double lr = 0;
+    std::vector<std::pair<double, double>> rates;  // (weight_decay, lr_scale) per group
+  };
+  CheckedScalars check_scalars(const nlohmann::json& j) const;
+  void apply_scalars(const nlohmann::json& j, const CheckedScalars& checked);
+
   std::string kind_;
 };
 

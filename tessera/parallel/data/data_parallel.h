@@ -167,6 +167,8 @@ class DataParallel {
   // restore (zero_adamw.h). Collective over dp.
   nn::OptimizerState optimizer_state() const { return optimizer_->gather_state(*dp_); }
   void load_optimizer_state(const nn::OptimizerState& state) { optimizer_->load_state(state); }
+  // Only its scalars, their groups listing this rank's parameters (ZeroAdamW::load_scalars).
+  void load_optimizer_scalars(const nlohmann::json& scalars) { optimizer_->load_scalars(scalars); }
 
   void set_lr(double lr) { optimizer_->set_lr(lr); }
   // After this rank's own moments and master were copied back in place (a node-local

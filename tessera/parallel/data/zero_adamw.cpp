@@ -236,6 +236,14 @@ void ZeroAdamW::load_state(const nn::OptimizerState& state) {
   options_.lr = in->lr();
 }
 
+void ZeroAdamW::load_scalars(const nlohmann::json& scalars) {
+  std::unique_ptr<nn::AdamW> in = stand_in_format();  // no moments allocated
+  in->load_scalars(scalars);
+  step_ = in->step_count();
+  options_ = in->options();
+  options_.lr = in->lr();
+}
+
 int64_t ZeroAdamW::held_bytes() const {
   if (host_ != nullptr) return 0;
   int64_t bytes = 0;

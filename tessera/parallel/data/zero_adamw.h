@@ -77,6 +77,9 @@ class ZeroAdamW {
   nlohmann::json scalars() const;
   // Restores such a state (validated by nn::AdamW::load_state_dict) into this rank's region.
   void load_state(const nn::OptimizerState& state);
+  // Restores only the scalars of such a state (validated as load_state's), for a caller that
+  // fills this rank's moments itself (a sharded checkpoint read into state_of()).
+  void load_scalars(const nlohmann::json& scalars);
 
  private:
   struct Run {

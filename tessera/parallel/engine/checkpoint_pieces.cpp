@@ -1,15 +1,23 @@
-// ParallelTrainer::checkpoint_pieces: what this rank writes of a sharded checkpoint. The dp
-// shards of FlatLayout already partition every parameter among the dp ranks whatever the
-// ZeRO stage (at ZeRO 0 the optimizer state is whole on every rank, and only its shard is
-// written), so each shard segment becomes a piece; tensor parallelism adds the geometry of the
-// rank's slice, and a parameter that tp replicates has its segment split again over the tp
-// ranks. The pieces are views: the caller copies them before the next update.
+// ParallelTrainer's sharded checkpoints: what this rank writes of one, and what it reads of
+// one to resume under any layout. The dp shards of FlatLayout already partition every
+// parameter among the dp ranks whatever the ZeRO stage (at ZeRO 0 the optimizer state is whole
+// on every rank, and only its shard is written), so each shard segment becomes a piece;
+// tensor parallelism adds the geometry of the rank's slice, and a parameter that tp replicates
+// has its segment split again over the tp ranks. The pieces are views: the caller copies them
+// before the next update.
+//
+// To resume, the same arithmetic lists everything the rank holds (the whole bucket of an
+// unsharded master, the whole moments at ZeRO 0, replicated parameters and the tied copy
+// whole), and the set's reader fills those views in place: a rank reads what it holds and
+// allocates nothing the size of the model.
 
 #include <algorithm>
 
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
+#include "tessera/core/empty.h"
 #include "tessera/core/ops/movement.h"
+#include "tessera/parallel/engine/detail/full_optimizer_state.h"
 #include "tessera/parallel/engine/parallel_trainer.h"
 
 namespace tessera::parallel {
@@ -30,48 +38,93 @@ Shape full_shape_of(const Shape& local, const nn::ParamMeta& meta, int tp) {
 
 }  // namespace
 
-std::vector<nn::ShardPiece> ParallelTrainer::checkpoint_pieces() const {
+std::vector<nn::ShardPiece> ParallelTrainer::state_pieces(bool held) const {
   const FlatLayout& layout = dp_->layout();
+  const FlatParams& params = dp_->flat_params();
+  const ZeroAdamW& adamw = dp_->optimizer();
   const int dp_rank = mesh_->dp_rank(), tp_rank = mesh_->tp_rank();
   const int tp = int(config_.mesh.size("tp"));
-  const ZeroAdamW& adamw = dp_->optimizer();
+  const char* suffix[3] = {"", ".exp_avg", ".exp_avg_sq"};
   std::vector<nn::ShardPiece> out;
-  for (int b = 0; b < int(layout.buckets().size()); ++b) {
-    const int64_t shard = layout.shard_numel(b), origin = dp_rank * shard;
-    Tensor master = dp_->flat_params().shard(b);
-    Tensor moments[2] = {adamw.state_of(0, b), adamw.state_of(1, b)};
-    for (Tensor& m : moments)
-      if (m.numel() != shard) m = ops::narrow(m, 0, origin, shard);  // ZeRO 0: the whole bucket
-    for (const Segment& seg : layout.shard_segments(b, dp_rank)) {
-      const FlatLayout::Param& param = layout.params()[size_t(seg.param)];
-      const nn::ParamMeta meta = meta_of(param.name);
-      if (meta.tied_copy) continue;  // the first stage's wte.weight is the one written
-      int64_t begin = seg.param_offset, length = seg.length;
-      int64_t at = seg.bucket_offset - origin;  // in the shard
-      if (meta.shard == nn::ShardKind::replicated && tp > 1) {
-        const int64_t lo = length * tp_rank / tp, hi = length * (tp_rank + 1) / tp;
-        begin += lo;
-        at += lo;
-        length = hi - lo;
-      }
-      if (length == 0) continue;
-      nn::ShardGeometry g;
-      g.local_shape = param.tensor.shape();
-      if (meta.shard != nn::ShardKind::replicated) {
-        g.split_dim = meta.shard == nn::ShardKind::rows ? 0 : 1;
-        g.segments = meta.segments;
-        g.tp_rank = tp_rank;
-        g.tp_size = tp;
-      }
-      const Shape full = full_shape_of(g.local_shape, meta, tp);
-      const char* suffix[3] = {"", ".exp_avg", ".exp_avg_sq"};
-      const Tensor source[3] = {master, moments[0], moments[1]};
-      for (int k = 0; k < 3; ++k)
-        out.push_back({param.name + suffix[k], k > 0, full, g, begin,
-                       ops::narrow(source[k], 0, at, length)});
+  // Segment `seg` of `region` (bucket elements [origin, origin + region.numel())) as a piece.
+  auto add = [&](const Segment& seg, const Tensor& region, int64_t origin, int k) {
+    const FlatLayout::Param& param = layout.params()[size_t(seg.param)];
+    const nn::ParamMeta meta = meta_of(param.name);
+    if (meta.tied_copy && !held) return;  // the first stage's wte.weight is the one written
+    int64_t begin = seg.param_offset, length = seg.length;
+    int64_t at = seg.bucket_offset - origin;
+    if (meta.shard == nn::ShardKind::replicated && tp > 1 && !held) {
+      const int64_t lo = length * tp_rank / tp, hi = length * (tp_rank + 1) / tp;
+      begin += lo;
+      at += lo;
+      length = hi - lo;
     }
+    if (length == 0) return;
+    nn::ShardGeometry g;
+    g.local_shape = param.tensor.shape();
+    if (meta.shard != nn::ShardKind::replicated) {
+      g.split_dim = meta.shard == nn::ShardKind::rows ? 0 : 1;
+      g.segments = meta.segments;
+      g.tp_rank = tp_rank;
+      g.tp_size = tp;
+    }
+    out.push_back({param.name + suffix[k], k > 0, full_shape_of(g.local_shape, meta, tp), g, begin,
+                   ops::narrow(region, 0, at, length)});
+  };
+  for (int b = 0; b < int(layout.buckets().size()); ++b) {
+    const int64_t shard = layout.shard_numel(b), own = dp_rank * shard;
+    Tensor regions[3] = {params.sharded() || !held ? params.shard(b) : params.bucket(b),
+                         adamw.state_of(0, b), adamw.state_of(1, b)};
+    int64_t origins[3];
+    for (int k = 0; k < 3; ++k) {
+      origins[k] = regions[k].numel() == shard ? own : 0;
+      if (!held && regions[k].numel() != shard) {  // ZeRO 0's moments: the whole bucket
+        regions[k] = ops::narrow(regions[k], 0, own, shard);
+        origins[k] = own;
+      }
+    }
+    if (!held) {
+      // One shard range for all three: a parameter's weight and moments side by side.
+      for (const Segment& seg : layout.shard_segments(b, dp_rank))
+        for (int k = 0; k < 3; ++k) add(seg, regions[k], own, k);
+      continue;
+    }
+    for (int k = 0; k < 3; ++k)
+      for (const Segment& seg :
+           layout.segments(b, origins[k], origins[k] + regions[k].numel()))
+        add(seg, regions[k], origins[k], k);
   }
   return out;
+}
+
+std::vector<nn::ShardPiece> ParallelTrainer::checkpoint_pieces() const {
+  return state_pieces(/*held=*/false);
+}
+
+void ParallelTrainer::load_checkpoint_set(const nn::ShardedSet& set,
+                                          const nlohmann::json* optimizer_scalars) {
+  std::vector<nn::ShardPiece> pieces = state_pieces(/*held=*/true);
+  if (optimizer_scalars == nullptr)
+    std::erase_if(pieces, [](const nn::ShardPiece& p) { return p.optimizer; });
+  // The checks first, so that a set of another model changes nothing.
+  nn::check_pieces(set, pieces);
+  if (optimizer_scalars != nullptr) load_optimizer_scalars(*dp_, *optimizer_scalars);
+  NoGradGuard no_grad;
+  std::vector<nn::ShardPiece> on_host;
+  for (nn::ShardPiece& p : pieces) {
+    if (p.data.device().is_cpu()) {
+      on_host.push_back(p);
+      continue;
+    }
+    // Device state is read through a host copy of one piece at a time.
+    nn::ShardPiece staged = p;
+    staged.data = empty(p.data.shape(), p.data.dtype());
+    std::vector<nn::ShardPiece> one{staged};
+    nn::read_pieces(set, one);
+    ops::copy_(p.data, one[0].data);
+  }
+  nn::read_pieces(set, on_host);
+  precision_->sync_compute();
 }
 
 nn::StateDict ParallelTrainer::local_state() const {

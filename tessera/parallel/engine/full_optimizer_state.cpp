@@ -34,6 +34,21 @@ nlohmann::json with_group_params(nlohmann::json scalars, const nn::StateDict& pa
   return scalars;
 }
 
+// Another optimizer's state (an SGD run resumed with AdamW) is named as such first.
+void check_adamw_kind(const nlohmann::json& scalars) {
+  TESSERA_CHECK(scalars.is_object() && scalars.value("kind", "") == "adamw",
+                "optimizer state: 'kind' must be \"adamw\", got ",
+                scalars.is_object() && scalars.contains("kind") ? scalars["kind"].dump()
+                                                                : std::string("none"));
+}
+
+// The single-process scalars with their groups listing this rank's parameters.
+nlohmann::json local_scalars(const nlohmann::json& full, const DataParallel& dp) {
+  nn::StateDict params;
+  for (const auto& p : dp.layout().params()) params.emplace_back(p.name, p.tensor);
+  return with_group_params(full, params);
+}
+
 }  // namespace
 
 nn::OptimizerState gather_optimizer_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks,
@@ -65,12 +80,7 @@ nn::OptimizerState gather_optimizer_state(const std::vector<std::shared_ptr<nn::
 void load_optimizer_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks,
                           const DeviceMesh& mesh, DataParallel& dp,
                           const nn::OptimizerState& full) {
-  // Another optimizer's state (an SGD run resumed with AdamW) is named as such first.
-  TESSERA_CHECK(full.scalars.is_object() && full.scalars.value("kind", "") == "adamw",
-                "optimizer state: 'kind' must be \"adamw\", got ",
-                full.scalars.is_object() && full.scalars.contains("kind")
-                    ? full.scalars["kind"].dump()
-                    : std::string("none"));
+  check_adamw_kind(full.scalars);
   // Split the tensors by slot, so each slot's names and shapes are checked as the weights are.
   std::array<nn::StateDict, kSlots.size()> by_slot;
   for (const auto& [name, t] : full.tensors) {
@@ -91,9 +101,7 @@ void load_optimizer_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks,
 
   // This rank's slices, named as DataParallel's parameters are.
   nn::OptimizerState local;
-  nn::StateDict params;
-  for (const auto& p : dp.layout().params()) params.emplace_back(p.name, p.tensor);
-  local.scalars = with_group_params(full.scalars, params);
+  local.scalars = local_scalars(full.scalars, dp);
   const int tp_rank = mesh.tp_rank(), tp = mesh.shape().size("tp");
   for (const auto& chunk : chunks)
     for (const auto& [name, meta] : chunk->named_parameter_meta())
@@ -103,6 +111,11 @@ void load_optimizer_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks,
             key, nn::shard_of(nn::find_tensor(by_slot[s], name), meta, tp_rank, tp, key));
       }
   dp.load_optimizer_state(local);
+}
+
+void load_optimizer_scalars(DataParallel& dp, const nlohmann::json& full_scalars) {
+  check_adamw_kind(full_scalars);
+  dp.load_optimizer_scalars(local_scalars(full_scalars, dp));
 }
 
 }  // namespace tessera::parallel

@@ -126,6 +126,13 @@ class ParallelTrainer {
   // the optimizer is written by exactly one rank. No collective; the views change at the next
   // update.
   std::vector<nn::ShardPiece> checkpoint_pieces() const;
+  // Resumes from a sharded set written under any layout (or by tessera ckpt convert): reads
+  // into this rank's live state exactly the parts it holds (nn::read_pieces), so no rank builds
+  // the single-process state. With optimizer_scalars (the single-process AdamW scalars, as
+  // load_full_optimizer_state's), also the moments and the optimizer's counters; without, the
+  // weights only. A set of another model is refused before anything changes. Collective only
+  // as the compute copy's refresh is.
+  void load_checkpoint_set(const nn::ShardedSet& set, const nlohmann::json* optimizer_scalars);
   // This rank's own state, enough to restore this rank of the same layout with no other
   // rank's files (a node-local checkpoint): per bucket b, the master weights it holds
   // ("master.<b>": the bucket, or its shard at ZeRO-3 and offloaded) and the AdamW moments it
@@ -173,6 +180,8 @@ class ParallelTrainer {
 
  private:
   nn::ParamMeta meta_of(const std::string& name) const;
+  // The pieces this rank writes of a sharded checkpoint (held false), or all it holds (true).
+  std::vector<nn::ShardPiece> state_pieces(bool held) const;
   // The mean over the dp group of one value per rank (on the device's communicator).
   double dp_average(double value);
 

@@ -24,6 +24,8 @@ class LayoutEngine final : public StepEngine {
   void load_model(const nn::StateDict& full) override;
   nn::OptimizerState gather_optimizer() override;
   void load_optimizer(const nn::OptimizerState& full) override;
+  bool load_checkpoint_set(const nn::ShardedSet& set,
+                           const nlohmann::json* optimizer_scalars) override;
   LocalState local_state() override {
     return {trainer_.local_state(), trainer_.optimizer_scalars()};
   }

@@ -40,4 +40,8 @@ nn::OptimizerState gather_optimizer_state(const std::vector<std::shared_ptr<nn::
 void load_optimizer_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks,
                           const DeviceMesh& mesh, DataParallel& dp, const nn::OptimizerState& full);
 
+// Only the scalars of a single-process AdamW state (checked as above), for a rank that filled
+// its moments from a sharded checkpoint itself. Local.
+void load_optimizer_scalars(DataParallel& dp, const nlohmann::json& full_scalars);
+
 }  // namespace tessera::parallel

@@ -1,0 +1,176 @@
+// Resuming from a sharded set under another layout, each rank reading only the part it holds
+// (ParallelTrainer::load_checkpoint_set over nn::read_pieces). Layout A trains two steps and
+// writes a set as `tessera train` does (every rank its checkpoint_pieces(), rank 0 the
+// manifest); layout B then loads it twice, in two fresh trainers:
+//  - through the pieces, the path under test;
+//  - through the single-process state (the set read whole, load_full_state and
+//    load_full_optimizer_state), the path that was there before.
+// Both copy the same stored floats into the same places, so the gathered weights, moments and
+// scalars, and the losses of two more steps, must be equal bit for bit: no tolerance.
+//
+// Memory: while the pieces load, the allocator's live bytes may rise by no more than an eighth
+// of the single-process state (model + two moments). Reading into the live state needs none;
+// the eighth is room for the fp32 layouts' small buffers. The single-process path allocates
+// the whole state at least once (the set read whole), which the same bound refuses: it is
+// checked as the control, so the bound is shown able to fail.
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "nn/tiny_models.h"
+#include "parallel/layout_test_util.h"
+#include "parallel/rank_test.h"
+#include "tessera/core/allocator.h"
+#include "tessera/core/ops/compare.h"
+#include "tessera/nn/io/sharded_checkpoint.h"
+
+namespace tessera::parallel {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::Batch;
+using testing::case_config;
+using testing::case_model;
+using testing::global_batch;
+using testing::LayoutCase;
+
+// A folder every rank names alike (rank 0's pid, broadcast), emptied by rank 0.
+std::string shared_dir(const std::string& name) {
+  auto world = testing::test_world();
+  Tensor pid = from_vector<int64_t>({int64_t(::getpid())}, {1});
+  world->broadcast(pid, 0);
+  const fs::path dir = fs::temp_directory_path() /
+                       str_cat("tessera_sharded_resume_", name, "_", pid.item<int64_t>());
+  if (world->rank() == 0) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  world->barrier();
+  return dir.string();
+}
+
+// Layout a's state after two steps, written as a sharded set of step 2 in run_dir.
+std::string write_set(const LayoutCase& a, const std::string& run_dir) {
+  auto world = testing::test_world();
+  const ParallelConfig p = case_config(a);
+  ParallelTrainer trainer(world, case_model(a), p);
+  for (int64_t step = 0; step < 2; ++step) {
+    const Batch b = global_batch(step, p.batch_size, p.seq_len, case_model(a).vocab_size);
+    trainer.step(b.inputs, b.targets);
+  }
+  nn::ShardJob job;
+  job.run_dir = run_dir;
+  job.step = 2;
+  job.rank = world->rank();
+  job.ranks = world->size();
+  job.nonce = nn::checkpoint_nonce(2);
+  job.pieces = trainer.checkpoint_pieces();
+  if (job.rank == 0) job.state = {{"optimizer", trainer.optimizer_scalars()}};
+  const std::string dir = nn::write_shard(job);
+  world->barrier();  // rank 0 has published the manifest
+  return dir;
+}
+
+int64_t state_bytes(const nn::GPTConfig& model) {
+  nn::GPT gpt(model);
+  int64_t n = 0;
+  for (const auto& [name, t] : gpt.named_parameters()) n += t.numel();
+  return 3 * n * int64_t(sizeof(float));  // weights and two AdamW moments, fp32
+}
+
+// The rise of the CPU allocator's live bytes while `load` runs on every rank.
+template <typename Load>
+int64_t load_rise(Load&& load) {
+  auto world = testing::test_world();
+  Allocator& cpu = allocator_for(Device::cpu());
+  world->barrier();
+  cpu.reset_peak();  // each rank is a process: its own allocator
+  const int64_t before = cpu.stats().live_bytes;
+  load();
+  world->barrier();
+  return cpu.stats().peak_bytes - before;
+}
+
+void expect_same_state(ParallelTrainer& x, ParallelTrainer& y, const std::string& what) {
+  const nn::StateDict wx = x.gather_full_state(), wy = y.gather_full_state();
+  ASSERT_EQ(wx.size(), wy.size()) << what;
+  for (size_t i = 0; i < wx.size(); ++i)
+    EXPECT_TRUE(tessera::equal(wx[i].second, wy[i].second)) << what << " " << wx[i].first;
+  const nn::OptimizerState ox = x.gather_full_optimizer_state(),
+                           oy = y.gather_full_optimizer_state();
+  EXPECT_EQ(ox.scalars, oy.scalars) << what;
+  ASSERT_EQ(ox.tensors.size(), oy.tensors.size()) << what;
+  for (size_t i = 0; i < ox.tensors.size(); ++i)
+    EXPECT_TRUE(tessera::equal(ox.tensors[i].second, oy.tensors[i].second))
+        << what << " " << ox.tensors[i].first;
+}
+
+void resume_sharded(const LayoutCase& a, const LayoutCase& b, const std::string& name) {
+  nn::testing::OneThread one_thread;
+  auto world = testing::test_world();
+  const nn::GPTConfig model = case_model(a);
+  const ParallelConfig pb = case_config(b);
+  const std::string what = case_config(a).describe() + " -> " + pb.describe();
+  const std::string set_dir = write_set(a, shared_dir(name));
+
+  const nn::ShardedSet set = nn::open_sharded_checkpoint(set_dir);
+  const nlohmann::json scalars = set.state["optimizer"];
+  ParallelTrainer pieces(world, model, pb), whole(world, model, pb);
+  const int64_t pieces_rise = load_rise([&] { pieces.load_checkpoint_set(set, &scalars); });
+  const int64_t whole_rise = load_rise([&] {
+    nn::CheckpointData data = nn::read_sharded_checkpoint(set);
+    whole.load_full_state(data.model);
+    whole.load_full_optimizer_state({data.optimizer, scalars});
+  });
+  const int64_t bound = state_bytes(model) / 8;
+  EXPECT_LE(pieces_rise, bound) << what;
+  EXPECT_GT(whole_rise, bound) << what << ": the control no longer allocates the whole state";
+  if (world->rank() == world->size() - 1)
+    std::printf("  %-70s live rise: pieces %lld B, whole %lld B (state %lld B)\n", what.c_str(),
+                (long long)pieces_rise, (long long)whole_rise, (long long)state_bytes(model));
+
+  expect_same_state(pieces, whole, what);
+  pieces.set_step(2);
+  whole.set_step(2);
+  for (int64_t step = 2; step < 4; ++step) {
+    const Batch batch = global_batch(step, pb.batch_size, pb.seq_len, model.vocab_size);
+    EXPECT_EQ(pieces.step(batch.inputs, batch.targets).loss,
+              whole.step(batch.inputs, batch.targets).loss)
+        << what << ": step " << step + 1;
+  }
+  expect_same_state(pieces, whole, what + " after two more steps");
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(fs::path(set_dir).parent_path().parent_path());
+}
+
+constexpr auto kInterleaved = ScheduleKind::interleaved;
+
+// ZeRO-1's moment shards into tensor parallelism (vocab 61 padded to 64: rank 1's rows 61-63
+// are padding, read as zeros) with sequence parallelism.
+RANK_TEST(ShardedResumeN2, DataParallelZero1ToTensorParallel) {
+  resume_sharded({MeshShape{2, 1, 1}, 1}, {MeshShape{1, 1, 2}, 0, {}, 1, 1, true}, "dp_tp");
+}
+
+// Column and row slices into ZeRO-3's master shards.
+RANK_TEST(ShardedResumeN2, TensorParallelToZero3) {
+  resume_sharded({MeshShape{1, 1, 2}, 0, {}, 1, 1, false, true},
+                 {MeshShape{2, 1, 1}, 3, {}, 1, 2, false, true}, "tp_zero3");
+}
+
+// The tied head: written once by the first stage, read by both stages of the new pipeline
+// (the last one's tied copy), and from an interleaved pipeline into ZeRO 0's whole moments.
+RANK_TEST(ShardedResumeN2, TiedPipelineToZero0AndBack) {
+  resume_sharded({MeshShape{1, 2, 1}, 0, kInterleaved, 2, 2, false, true},
+                 {MeshShape{2, 1, 1}, 0, {}, 1, 2, false, true}, "pp_dp");
+  resume_sharded({MeshShape{2, 1, 1}, 2, {}, 1, 2, false, true},
+                 {MeshShape{1, 2, 1}, 0, {}, 1, 2, false, true}, "dp_pp");
+}
+
+RANK_TEST(ShardedResumeN4, DataTensorToPipelineZero3) {
+  resume_sharded({MeshShape{2, 1, 2}, 2}, {MeshShape{2, 2, 1}, 3, {}, 1, 2}, "dptp_pp");
+}
+
+}  // namespace
+}  // namespace tessera::parallel
