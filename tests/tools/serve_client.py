@@ -163,11 +163,16 @@ def queue(port):
                                    {"prompt": "b", "max_tokens": 5, "temperature": 0})
     t = threading.Thread(target=waiting_request)
     t.start()
+    # The gauges are published after each iteration, and the stream's first token reaches the
+    # client before the iteration that sampled it publishes: until then they still read one
+    # waiting request (the stream itself). So wait for the state itself, both gauges.
     deadline = time.time() + 20
-    while metrics(port)["tessera:num_requests_waiting"] != 1:
-        check(time.time() < deadline, "the second request never queued behind the stream")
+    while True:
+        m = metrics(port)
+        if m["tessera:num_requests_waiting"] == 1 and m["tessera:num_requests_running"] == 1:
+            break
+        check(time.time() < deadline, f"the second request never queued behind the stream: {m}")
         time.sleep(0.01)
-    m = metrics(port)
     check(m["tessera:num_requests_running"] == 1 and m["tessera:kv_cache_usage_perc"] > 0,
           f"while streaming: {m}")
     check(m['tessera:request_success_total{finished_reason="length"}'] == 0, "the stream ended early")

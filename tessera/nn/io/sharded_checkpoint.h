@@ -14,9 +14,11 @@
 // described by where that local tensor sits in the single-process tensor (ShardGeometry: its
 // tensor-parallel split, segments and padding). From the geometry alone the loader maps every
 // element to its place in the single-process tensor, so a set written under any layout loads
-// under any other: load_checkpoint() reassembles the single-process state, which the layout
-// then slices as it slices a single-process checkpoint. Every element of every tensor must be
-// covered exactly once, or the set is refused naming the tensor.
+// under any other: a rank resuming lists the pieces it holds under its own layout, and
+// read_pieces() fills them from whichever shards hold those elements (no rank reassembles the
+// single-process state); load_checkpoint() reassembles it for the tools that want it. Every
+// element of every tensor must be covered exactly once, or the set is refused naming the
+// tensor.
 //
 // A save: each rank writes its safetensors file and then its index, each atomically; rank 0
 // then waits (on the file system, never on a collective) for every rank's index carrying the

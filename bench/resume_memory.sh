@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# What resuming costs each rank in memory, on the 57.0M-parameter GPT of checkpoint_stall.sh
+# (684 MB of fp32 weights and AdamW moments) at dp2 under mpiexec. Two steps write a
+# checkpoint, in each format; then each rank's peak resident memory (VmHWM, /usr/bin/time's
+# %M) is measured for a run that resumes it and stops before any step (--max-steps 2), next to
+# a run that starts fresh and stops at once (--max-steps 0): the extra is what loading costs.
+#
+#   sharded    every rank reads only what it holds (the default format; ParallelTrainer::
+#              load_checkpoint_set)
+#   gathered   every rank reads the single-process checkpoint whole, then keeps its part (as
+#              resuming from a sharded set did before: it reassembled the whole state first)
+# Not part of CI (about a minute on 2 cores).
+# Usage: bench/resume_memory.sh [zero stage]      (default 1)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${TESSERA_BIN:-$PWD/build/tools/tessera}
+zero=${1:-1}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMP_NUM_THREADS=1
+source tests/tools/tiny_corpus.sh
+tiny_corpus "$BIN" "$work/corpus"
+model='{"n_layer": 8, "n_head": 12, "n_kv_head": 12, "n_embd": 768, "block_size": 64}'
+
+# /usr/bin/time cannot name a file per rank; run each rank's measure through a wrapper instead.
+cat >"$work/measured.sh" <<'SH'
+#!/usr/bin/env bash
+out="$1"; shift
+/usr/bin/time -f "%M" -o "$out.${PMI_RANK:-0}" "$@"
+SH
+chmod +x "$work/measured.sh"
+peak() {  # peak <label> <run dir> <max steps> <flags...>
+  local label=$1 run=$2 steps=$3
+  shift 3
+  rm -f "$work"/peak.*
+  mpiexec -n 2 "$work/measured.sh" "$work/peak" \
+    "$BIN" train --train-data "$work/corpus/data/data_train_*.bin" --model "$model" \
+    --batch-size 2 --seq-len 64 --threads 1 --dp 2 --zero "$zero" --max-steps "$steps" \
+    --checkpoint-every 2 --sample-tokens 0 --run-dir "$run" "$@" >"$work/log" 2>&1 ||
+    { cat "$work/log"; exit 1; }
+  printf '%-34s' "$label"
+  for r in 0 1; do awk '{ printf "  rank %s %7.0f MB", r, $1 / 1024 }' r="$r" "$work/peak.$r"; done
+  grep -o "resumed from [^ ]*" "$work/log" | head -1 | sed 's/^/   /'
+  echo
+}
+
+echo "dp2, ZeRO-$zero, 57.0M parameters; peak resident memory per rank"
+peak "fresh start, no step" "$work/fresh" 0
+peak "two steps, sharded save" "$work/sharded" 2
+peak "two steps, gathered save" "$work/gathered" 2 --checkpoint-format gathered
+peak "resume sharded, no step" "$work/sharded" 2
+peak "resume gathered, no step" "$work/gathered" 2 --checkpoint-format gathered
