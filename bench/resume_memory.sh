@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # What resuming costs each rank in memory, on the 57.0M-parameter GPT of checkpoint_stall.sh
 # (684 MB of fp32 weights and AdamW moments) at dp2 under mpiexec. Two steps write a
-# checkpoint, in each format; then each rank's peak resident memory (VmHWM, /usr/bin/time's
-# %M) is measured for a run that resumes it and stops before any step (--max-steps 2), next to
-# a run that starts fresh and stops at once (--max-steps 0): the extra is what loading costs.
+# checkpoint, in each format (their peaks are printed too); then each rank's peak resident
+# memory (VmHWM, /usr/bin/time's %M) is measured for a run that resumes it and stops before
+# any step (--max-steps 2): the two resumes differ only in how the state is read.
 #
 #   sharded    every rank reads only what it holds (the default format; ParallelTrainer::
 #              load_checkpoint_set)
@@ -40,12 +40,11 @@ peak() {  # peak <label> <run dir> <max steps> <flags...>
     { cat "$work/log"; exit 1; }
   printf '%-34s' "$label"
   for r in 0 1; do awk '{ printf "  rank %s %7.0f MB", r, $1 / 1024 }' r="$r" "$work/peak.$r"; done
-  grep -o "resumed from [^ ]*" "$work/log" | head -1 | sed 's/^/   /'
-  echo
+  echo "$(grep -o "resuming from .*" "$work/log" | sed "s|.*/checkpoints/|   resumed |" || true)"
 }
 
 echo "dp2, ZeRO-$zero, 57.0M parameters; peak resident memory per rank"
-peak "fresh start, no step" "$work/fresh" 0
+
 peak "two steps, sharded save" "$work/sharded" 2
 peak "two steps, gathered save" "$work/gathered" 2 --checkpoint-format gathered
 peak "resume sharded, no step" "$work/sharded" 2
