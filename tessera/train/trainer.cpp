@@ -310,7 +310,13 @@ void Trainer::resume_from(const ResumePoint& resume) {
         state.contains("optimizer") &&
         std::any_of(resume.set->tensors.begin(), resume.set->tensors.end(),
                     [](const nn::ShardedSet::StoredTensor& t) { return t.optimizer; });
-    if (engine_->load_checkpoint_set(*resume.set, optimizer ? &state["optimizer"] : nullptr)) {
+    bool read = false;
+    try {
+      read = engine_->load_checkpoint_set(*resume.set, optimizer ? &state["optimizer"] : nullptr);
+    } catch (const Error& e) {
+      detail::throw_error("train: resuming from ", resume.dir, ": ", e.what());
+    }
+    if (read) {
       optimizer_note_ = optimizer ? "" : "the checkpoint holds no optimizer state";
       restore_progress(state, resume.data.step, resume.dir);
       skipped_checkpoints_ = describe_skipped(resume);
