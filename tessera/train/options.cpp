@@ -198,12 +198,15 @@ void TrainOptions::validate() const {
                 "train: --checkpoint-format must be auto, sharded or gathered, got '",
                 checkpoint_format, "'");
   TESSERA_CHECK(checkpoint_snapshot == "auto" || checkpoint_snapshot == "copy" ||
-                    checkpoint_snapshot == "stream",
-                "train: --checkpoint-snapshot must be auto, copy or stream, got '",
+                    checkpoint_snapshot == "stream" || checkpoint_snapshot == "staged",
+                "train: --checkpoint-snapshot must be auto, copy, stream or staged, got '",
                 checkpoint_snapshot, "'");
   TESSERA_CHECK(checkpoint_snapshot != "stream" || device == "cpu",
                 "train: --checkpoint-snapshot stream reads the live state from host memory; ",
-                "--device is ", device, " (use copy or auto)");
+                "--device is ", device, " (use staged, copy or auto)");
+  TESSERA_CHECK(checkpoint_snapshot != "staged" || device != "cpu",
+                "train: --checkpoint-snapshot staged downloads a GPU's state on a side stream; ",
+                "--device is cpu (use stream, copy or auto)");
   TESSERA_CHECK(checkpoint_snapshot == "auto" || checkpoint_format != "gathered" ||
                     checkpoint_every_local > 0,
                 "train: --checkpoint-snapshot applies to sharded checkpoints and the node-local ",

@@ -428,8 +428,15 @@ std::string Trainer::save_local() {
   LocalState live = engine_->local_state();
   const nlohmann::json fingerprint = local_fingerprint(live);
   const nlohmann::json state = checkpoint_state(live.optimizer_scalars, /*durable=*/false);
+  int64_t staged = 0;
+  if (snapshot == nn::CheckpointWriter::Snapshot::staged) {
+    std::vector<Tensor*> tensors;
+    for (auto& [name, t] : live.tensors) tensors.push_back(&t);
+    staged = stage_snapshot(tensors);
+  }
   return writer_->save_local(nn::local_rank_dir(local_dir(), world_->rank()), step_,
-                             std::move(live.tensors), fingerprint, state, snapshot);
+                             std::move(live.tensors), fingerprint, state, snapshot,
+                             [this] { staging_->land(); }, staged);
 }
 
 void Trainer::load(const std::string& checkpoint_dir) {
@@ -592,14 +599,25 @@ bool Trainer::stream_snapshots() const {
 }
 
 nn::CheckpointWriter::Snapshot Trainer::begin_snapshot() {
+  using Snapshot = nn::CheckpointWriter::Snapshot;
   if (!writer_) writer_ = std::make_unique<nn::CheckpointWriter>();
-  if (!stream_snapshots()) return nn::CheckpointWriter::Snapshot::copy;
-  if (!update_fence_set_) {
-    // The write reads the live state: the next update waits until its bytes are in the file.
+  const std::string& mode = options_.checkpoint_snapshot;
+  const Snapshot snapshot = stream_snapshots() ? Snapshot::stream
+                            : mode == "staged" || (mode == "auto" && !device_.is_cpu())
+                                ? Snapshot::staged
+                                : Snapshot::copy;
+  if (snapshot != Snapshot::copy && !update_fence_set_) {
+    // A streamed write reads the live state, a staged one downloads it: the next update
+    // waits until the bytes are in the file, or in host memory.
     engine_->set_before_update([this] { snapshot_wait_s_ += writer_->wait_for_snapshot(); });
     update_fence_set_ = true;
   }
-  return nn::CheckpointWriter::Snapshot::stream;
+  return snapshot;
+}
+
+int64_t Trainer::stage_snapshot(const std::vector<Tensor*>& tensors) {
+  if (!staging_) staging_ = std::make_unique<SnapshotStaging>(device_);
+  return staging_->stage(tensors);
 }
 
 std::string Trainer::save_sharded(bool wait) {
@@ -633,7 +651,14 @@ std::string Trainer::save_sharded(bool wait) {
     job.keep = options_.keep_checkpoints;
     job.publish_timeout = allow;
   }
-  const std::string dir = writer_->save_shard(std::move(job), snapshot);
+  int64_t staged = 0;
+  if (snapshot == nn::CheckpointWriter::Snapshot::staged) {
+    std::vector<Tensor*> tensors;
+    for (nn::ShardPiece& p : job.pieces) tensors.push_back(&p.data);
+    staged = stage_snapshot(tensors);
+  }
+  const std::string dir =
+      writer_->save_shard(std::move(job), snapshot, [this] { staging_->land(); }, staged);
   if (wait) {
     wait_for_save();
     world_->barrier(allow);  // rank 0 has published the set

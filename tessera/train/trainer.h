@@ -55,6 +55,7 @@
 #include "tessera/nn/gpt.h"
 #include "tessera/nn/io/checkpoint_writer.h"
 #include "tessera/parallel/comm/communicator.h"
+#include "tessera/train/detail/snapshot_staging.h"
 #include "tessera/train/heartbeat.h"
 #include "tessera/train/metrics.h"
 #include "tessera/train/module_engine.h"
@@ -177,6 +178,9 @@ class Trainer {
   // writer and the snapshot to take, with the engine's update fence installed for a stream.
   bool stream_snapshots() const;
   nn::CheckpointWriter::Snapshot begin_snapshot();
+  // A staged snapshot (a GPU's state downloaded on a side stream into page-locked memory):
+  // replaces `tensors` by the host views and returns the bytes staged.
+  int64_t stage_snapshot(const std::vector<Tensor*>& tensors);
   // The node-local tier: this rank's own state into local_dir(); and, at start, every rank's
   // agreement (two all-reduces) on a local step newer than durable_step, loaded if they agree.
   std::string save_local();
@@ -210,6 +214,7 @@ class Trainer {
   double planted_ms_ = 0;
   int64_t planted_from_ = 1;
   std::unique_ptr<nn::CheckpointWriter> writer_;  // background saves
+  std::unique_ptr<SnapshotStaging> staging_;      // GPU snapshots, page-locked
   bool update_fence_set_ = false;  // the engine waits for a streamed snapshot before updates
   double snapshot_wait_s_ = 0;     // this step's wait
   bool live_progress_ = false;

@@ -219,6 +219,27 @@ if [ "$nccl" = simulated ]; then
     "$dir/sim_dp2tp2"
   live=$(grep -o '"device_live_bytes":[0-9]*' "$dir/sim_dp2tp2/metrics.jsonl" | tail -1 | cut -d: -f2)
   [ "${live:-0}" -gt 0 ] || fail "metrics.jsonl lacks the ranks' device memory"
+  # Sharded checkpoints of GPU state. staged (a GPU's default: downloaded on the communication
+  # stream into page-locked memory while the loop goes on) must write the bytes copy writes,
+  # under deferred simulated streams, where a download nothing waits for is written before it
+  # has run (a land() that returns at once fails here), and a resume reads them back into the
+  # device state (ParallelTrainer::load_checkpoint_set) to end bit-identical to copy's run.
+  sim=("${common[@]}" --device cuda-sim --dp 2)
+  "$mpiexec" "$np" 2 "$tessera" train "${sim[@]}" --max-steps 4 --checkpoint-snapshot copy \
+    --run-dir "$dir/sim_copy" >/dev/null
+  for steps in 2 4; do
+    TESSERA_SIM_STREAMS=deferred "$mpiexec" "$np" 2 "$tessera" train "${sim[@]}" \
+      --max-steps "$steps" --run-dir "$dir/sim_staged" >"$dir/sim_staged.log"
+  done
+  grep -q "resuming from" "$dir/sim_staged.log" || fail "the staged run did not resume"
+  for f in "$dir"/sim_staged/checkpoints/step_0000000{2,4}/shard_0000{0,1}.safetensors; do
+    cmp -s "$f" "${f/sim_staged/sim_copy}" || fail "the staged GPU snapshot differs from the copy: $f"
+  done
+  grep -q '"snapshot_bytes":[1-9]' "$dir/sim_staged/checkpoints.jsonl" ||
+    fail "checkpoints.jsonl does not count the staged bytes"
+  tol=0 compare "cuda-sim dp2, staged snapshots and a resume, against copy" "$dir/sim_copy" \
+    "$dir/sim_staged"
+  rm -rf "$dir/sim_copy" "$dir/sim_staged"
   "$mpiexec" "$np" 1 "$tessera" train "${common[@]}" --precision bf16 --max-steps 2 \
     --device cuda-sim --run-dir "$dir/sim_n1" >/dev/null
   "$tessera" train "${common[@]}" --precision bf16 --max-steps 2 --device cuda-sim \

@@ -52,7 +52,10 @@ CheckpointWriter::~CheckpointWriter() {
   thread_.join();
 }
 
-void CheckpointWriter::submit(int64_t step, Task task, int64_t bytes, Snapshot snapshot) {
+void CheckpointWriter::submit(int64_t step, Task task, int64_t bytes, Snapshot snapshot,
+                              std::function<void()> land) {
+  TESSERA_CHECK(snapshot != Snapshot::staged || land,
+                "CheckpointWriter: a staged snapshot needs the function that lands it");
   {
     std::lock_guard<std::mutex> lock(mutex_);
     step_ = step;
@@ -60,6 +63,31 @@ void CheckpointWriter::submit(int64_t step, Task task, int64_t bytes, Snapshot s
     job_bytes_ = last_bytes_ = bytes;
     busy_ = true;
     reading_ = snapshot == Snapshot::stream;
+    landed_ = snapshot != Snapshot::staged;
+    land_ = std::move(land);
+    land_failure_ = nullptr;
+  }
+  cv_.notify_all();
+}
+
+void CheckpointWriter::land() {
+  std::function<void()> f;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (landed_) return;
+    f = std::move(land_);
+    land_ = nullptr;
+  }
+  std::exception_ptr failure;
+  try {
+    f();
+  } catch (const std::exception&) {
+    failure = std::current_exception();  // the thread then writes nothing and reports it
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    land_failure_ = failure;
+    landed_ = true;
   }
   cv_.notify_all();
 }
@@ -74,15 +102,16 @@ std::string CheckpointWriter::save(const std::string& run_dir, const CheckpointD
   copy->optimizer = snapshot(data.optimizer, bytes);
   copy->state = data.state;
   submit(data.step, [run_dir, copy, keep](const auto&) { save_checkpoint(run_dir, *copy, keep); },
-         bytes, Snapshot::copy);
+         bytes, Snapshot::copy, {});
   return checkpoint_path(run_dir, data.step);
 }
 
-std::string CheckpointWriter::save_shard(ShardJob job, Snapshot snapshot) {
+std::string CheckpointWriter::save_shard(ShardJob job, Snapshot snapshot,
+                                         std::function<void()> land, int64_t staged_bytes) {
   wait();
-  int64_t bytes = 0;
+  int64_t bytes = snapshot == Snapshot::staged ? staged_bytes : 0;
   for (ShardPiece& p : job.pieces) {
-    if (snapshot == Snapshot::stream) {
+    if (snapshot != Snapshot::copy) {
       check_streamable(p.data, p.name);
     } else {
       p.data = host_copy(p.data);
@@ -95,16 +124,17 @@ std::string CheckpointWriter::save_shard(ShardJob job, Snapshot snapshot) {
   submit(step, [shared](const std::function<void()>& release) {
     shared->on_data_written = release;
     write_shard(*shared);
-  }, bytes, snapshot);
+  }, bytes, snapshot, std::move(land));
   return dir;
 }
 
 std::string CheckpointWriter::save_local(const std::string& rank_dir, int64_t step,
                                          StateDict tensors, const nlohmann::json& fingerprint,
-                                         const nlohmann::json& state, Snapshot snapshot) {
+                                         const nlohmann::json& state, Snapshot snapshot,
+                                         std::function<void()> land, int64_t staged_bytes) {
   wait();
-  int64_t bytes = 0;
-  if (snapshot == Snapshot::stream) {
+  int64_t bytes = snapshot == Snapshot::staged ? staged_bytes : 0;
+  if (snapshot != Snapshot::copy) {
     for (const auto& [name, t] : tensors) check_streamable(t, name);
   } else {
     tensors = nn::snapshot(tensors, bytes);
@@ -112,18 +142,20 @@ std::string CheckpointWriter::save_local(const std::string& rank_dir, int64_t st
   auto shared = std::make_shared<StateDict>(std::move(tensors));
   submit(step, [rank_dir, step, shared, fingerprint, state](const std::function<void()>& release) {
     save_local_checkpoint(rank_dir, step, *shared, fingerprint, state, release);
-  }, bytes, snapshot);
+  }, bytes, snapshot, std::move(land));
   return (std::filesystem::path(rank_dir) / checkpoint_name(step)).string();
 }
 
 double CheckpointWriter::wait_for_snapshot() {
   const auto start = std::chrono::steady_clock::now();
+  land();
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [this] { return !reading_; });
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void CheckpointWriter::wait() {
+  land();
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [this] { return !busy_; });
   if (failure_) {
@@ -148,9 +180,11 @@ void CheckpointWriter::run() {
   for (;;) {
     cv_.wait(lock, [this] { return busy_ || stop_; });
     if (!busy_) return;  // stop_ with nothing in flight
+    cv_.wait(lock, [this] { return landed_; });  // a staged snapshot's copies are in
     Task task = std::move(task_);
     task_ = nullptr;
     const int64_t step = step_;
+    const std::exception_ptr land_failure = land_failure_;
     lock.unlock();
     const std::function<void()> release = [this] {
       std::lock_guard<std::mutex> guard(mutex_);
@@ -159,6 +193,7 @@ void CheckpointWriter::run() {
     };
     std::exception_ptr failure;
     try {
+      if (land_failure) std::rethrow_exception(land_failure);
       task(release);
     } catch (const std::exception& e) {
       failure = std::make_exception_ptr(

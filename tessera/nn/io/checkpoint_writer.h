@@ -46,20 +46,28 @@ class CheckpointWriter {
   // write_shard(job) in the background (rank 0's includes waiting for the other ranks' shards
   // and publishing the manifest). The snapshot:
   //   copy    the pieces are copied into host memory the writer owns before this returns
-  //           (extra memory: the rank's whole share; the only way for device tensors);
+  //           (extra memory: the rank's whole share; device tensors block the loop while
+  //           they are copied);
   //   stream  the pieces stay views of the live state (host memory only) and the thread
   //           writes them straight into the file: no extra memory, but the state must not
   //           change until wait_for_snapshot() returns (the trainer calls it before the next
-  //           optimizer update, so the write overlaps the next forward and backward).
-  enum class Snapshot { copy, stream };
-  std::string save_shard(ShardJob job, Snapshot snapshot = Snapshot::copy);
+  //           optimizer update, so the write overlaps the next forward and backward);
+  //   staged  the pieces are host buffers that asynchronous copies (a GPU's state, downloaded
+  //           on a side stream into page-locked memory) are still filling: `land` blocks
+  //           until they have, and the thread writes only after it returned. land runs once,
+  //           on the caller's thread, inside the first wait_for_snapshot(), wait() or next save.
+  enum class Snapshot { copy, stream, staged };
+  std::string save_shard(ShardJob job, Snapshot snapshot = Snapshot::copy,
+                         std::function<void()> land = {}, int64_t staged_bytes = 0);
   // The same for a node-local checkpoint (local_checkpoint.h): save_local_checkpoint(rank_dir,
-  // step, tensors, fingerprint, state) in the background, the tensors copied or streamed.
+  // step, tensors, fingerprint, state) in the background, the tensors copied, streamed or
+  // staged.
   std::string save_local(const std::string& rank_dir, int64_t step, StateDict tensors,
                          const nlohmann::json& fingerprint, const nlohmann::json& state,
-                         Snapshot snapshot);
-  // Blocks until a streamed snapshot's bytes are written (not yet fsynced); returns the
-  // seconds it waited. Immediate for a copy, or with nothing in flight.
+                         Snapshot snapshot, std::function<void()> land = {},
+                         int64_t staged_bytes = 0);
+  // Blocks until a streamed snapshot's bytes are written (not yet fsynced), or a staged one
+  // has landed; returns the seconds it waited. Immediate for a copy, or with nothing in flight.
   double wait_for_snapshot();
   // Blocks until the write in flight (if any) is on disk; rethrows its failure once.
   void wait();
@@ -72,14 +80,20 @@ class CheckpointWriter {
   // A write: called on the thread with the function that releases a streamed snapshot.
   using Task = std::function<void(const std::function<void()>& release)>;
   // Waits for the previous write, then queues task (its snapshot already taken: `bytes`
-  // copied, or streamed).
-  void submit(int64_t step, Task task, int64_t bytes, Snapshot snapshot);
+  // copied or staged, or streamed; a staged one lands through `land`).
+  void submit(int64_t step, Task task, int64_t bytes, Snapshot snapshot,
+              std::function<void()> land);
+  // Runs a staged snapshot's land on this thread and lets the writer go on (no-op otherwise).
+  void land();
   void run();
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   bool busy_ = false, stop_ = false;
   bool reading_ = false;  // a streamed snapshot still reads the live state
+  bool landed_ = true;    // a staged snapshot's copies have landed (or there is none)
+  std::function<void()> land_;
+  std::exception_ptr land_failure_;
   int64_t step_ = 0;
   Task task_;
   int64_t job_bytes_ = 0, last_bytes_ = 0;

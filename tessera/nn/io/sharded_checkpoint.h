@@ -155,8 +155,8 @@ ShardedSet open_sharded_checkpoint(const std::string& dir);
 // layout wrote it. Elements that are tensor-parallel padding are set to zero. A tensor the set
 // lacks, or holds with another shape or dtype, is an error naming it.
 void read_pieces(const ShardedSet& set, std::vector<ShardPiece>& wanted);
-// read_pieces()'s checks alone (what is wanted exists in the set with that shape and dtype),
-// to refuse a set before anything is changed.
+// read_pieces()'s checks alone (what is wanted exists in the set with that shape and dtype;
+// the pieces may be on any device), to refuse a set before anything is changed.
 void check_pieces(const ShardedSet& set, const std::vector<ShardPiece>& wanted);
 
 // Every tensor of an opened set read whole: the single-process CheckpointData.

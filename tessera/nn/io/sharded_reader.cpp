@@ -203,7 +203,7 @@ std::string piece_what(const ShardedSet& set, const ShardPiece& w) {
 
 // The stored tensor a wanted piece reads, checked.
 const ShardedSet::StoredTensor& stored_for(const ShardedSet& set, const TensorIndex& index,
-                                           const ShardPiece& w) {
+                                           const ShardPiece& w, bool on_host) {
   const std::string what = piece_what(set, w);
   auto it = index.find({w.optimizer, w.name});
   TESSERA_CHECK(it != index.end(), what, " is not in the set");
@@ -211,10 +211,11 @@ const ShardedSet::StoredTensor& stored_for(const ShardedSet& set, const TensorIn
   TESSERA_CHECK(t.full_shape == w.full_shape, what, " is ", dtype_name(t.dtype),
                 t.full_shape.to_string(), " in the set, but ", w.full_shape.to_string(),
                 " is wanted");
-  TESSERA_CHECK(w.data.defined() && w.data.device().is_cpu() && w.data.dim() == 1 &&
-                    w.data.is_contiguous() && w.data.dtype() == t.dtype,
-                what, ": the piece to fill must be a contiguous 1-D CPU ", dtype_name(t.dtype),
-                " tensor, got ", w.data.defined() ? w.data.describe() : "undefined");
+  TESSERA_CHECK(w.data.defined() && (w.data.device().is_cpu() || !on_host) &&
+                    w.data.dim() == 1 && w.data.is_contiguous() && w.data.dtype() == t.dtype,
+                what, ": the piece to fill must be a contiguous 1-D", on_host ? " CPU " : " ",
+                dtype_name(t.dtype), " tensor, got ",
+                w.data.defined() ? w.data.describe() : "undefined");
   piece_runs(w.geometry, w.full_shape, w.begin, w.data.numel(), what);  // checks the geometry
   return t;
 }
@@ -223,15 +224,15 @@ const ShardedSet::StoredTensor& stored_for(const ShardedSet& set, const TensorIn
 
 void check_pieces(const ShardedSet& set, const std::vector<ShardPiece>& wanted) {
   const TensorIndex index = index_of(set);
-  for (const ShardPiece& w : wanted) stored_for(set, index, w);
+  for (const ShardPiece& w : wanted) stored_for(set, index, w, /*on_host=*/false);
 }
 
 void read_pieces(const ShardedSet& set, std::vector<ShardPiece>& wanted) {
   const TensorIndex index = index_of(set);
-  for (const ShardPiece& w : wanted) stored_for(set, index, w);
+  for (const ShardPiece& w : wanted) stored_for(set, index, w, /*on_host=*/true);
   std::vector<std::unique_ptr<PosixFile>> files(set.shard_files.size());
   for (ShardPiece& w : wanted) {
-    const ShardedSet::StoredTensor& t = stored_for(set, index, w);
+    const ShardedSet::StoredTensor& t = stored_for(set, index, w, /*on_host=*/true);
     const int64_t length = w.data.numel();
     const std::vector<PieceRun> runs =
         piece_runs(w.geometry, w.full_shape, w.begin, length, piece_what(set, w));
