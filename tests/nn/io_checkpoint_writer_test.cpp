@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "tessera/nn/io/checkpoint_writer.h"
 #include "tessera/tessera.h"
@@ -74,6 +76,64 @@ TEST(CheckpointWriter, AFailedWriteIsReportedByTheNextCallNamingTheStep) {
     EXPECT_TRUE(mentions(e.what(), {"background save of step 9 failed", "run"}));
   }
   writer.wait();  // reported once
+}
+
+// A staged snapshot: host buffers that asynchronous copies are still filling. The thread must
+// not write before `land` (run on the caller's thread by the next wait) says they are in; here
+// land itself fills them, so a write that started earlier would find zeros.
+TEST(CheckpointWriter, AStagedSnapshotIsWrittenOnlyOnceItHasLanded) {
+  TempDir dir;
+  const CheckpointData want = state_at(5);
+  std::vector<ShardPiece> pieces = replicated_pieces(want.model, false, 0, 1);
+  std::vector<Tensor> staged;
+  for (ShardPiece& p : pieces) {
+    staged.push_back(zeros(p.data.shape(), p.data.dtype()));
+    std::swap(staged.back(), p.data);  // staged[i] keeps the values the copy will bring
+  }
+  std::vector<Tensor> buffers;
+  for (const ShardPiece& p : pieces) buffers.push_back(p.data);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::thread::id landed_on;
+  ShardJob job;
+  job.run_dir = dir.path();
+  job.step = 5;
+  job.nonce = checkpoint_nonce(5);
+  job.pieces = pieces;
+  CheckpointWriter writer;
+  writer.save_shard(std::move(job), CheckpointWriter::Snapshot::staged, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the writer could run now
+    for (size_t i = 0; i < buffers.size(); ++i) ops::copy_(buffers[i], staged[i]);
+    landed_on = std::this_thread::get_id();
+  }, 1234);
+  EXPECT_EQ(writer.pending_bytes(), 1234);
+  EXPECT_GE(writer.wait_for_snapshot(), 0.04);  // it lands here, not on the writer's thread
+  EXPECT_EQ(landed_on, caller);
+  writer.wait();
+  const CheckpointData got =
+      load_checkpoint((fs::path(checkpoints_dir(dir.path())) / checkpoint_name(5)).string());
+  ASSERT_EQ(got.model.size(), want.model.size());
+  for (size_t i = 0; i < want.model.size(); ++i)
+    EXPECT_TRUE(same_tensor(got.model[i].second, want.model[i].second)) << want.model[i].first;
+}
+
+// A staging whose copies fail is not written, and the failure is reported, naming the step.
+TEST(CheckpointWriter, AStagingThatFailsIsReportedAndNotWritten) {
+  TempDir dir;
+  ShardJob job;
+  job.run_dir = dir.path();
+  job.step = 6;
+  job.nonce = checkpoint_nonce(6);
+  job.pieces = replicated_pieces(state_at(6).model, false, 0, 1);
+  CheckpointWriter writer;
+  writer.save_shard(std::move(job), CheckpointWriter::Snapshot::staged,
+                    [] { throw Error("the device lost the copy"); });
+  try {
+    writer.wait();
+    FAIL() << "wait() did not report the failed staging";
+  } catch (const Error& e) {
+    EXPECT_TRUE(mentions(e.what(), {"background save of step 6 failed", "lost the copy"}));
+  }
+  EXPECT_TRUE(list_checkpoints(dir.path()).empty());
 }
 
 }  // namespace
