@@ -235,11 +235,17 @@ void DataParallel::gather_rounded(const nn::StateDict& compute) {
   const Device device = layout_->params().front().tensor.device();
   for (size_t b = 0; b < layout_->buckets().size(); ++b) {
     const auto& k = layout_->buckets()[b];
-    Tensor shard = ops::to(optimizer_->rounded_shard(*params_, int(b)), device);
+    // Up on the communication stream, the host going on to the next bucket: the all-gather
+    // queued after the upload there sees it, and one rank's compute stream waits for it.
+    const Tensor host = optimizer_->rounded_shard(*params_, int(b));
+    Tensor shard = empty(host.shape(), host.dtype(), device);
+    host_->upload(host, shard);
     Tensor whole = shard;
     if (dp_->size() > 1) {
       whole = empty(Shape{k.numel}, config_.compute_dtype, device);
       dp_->all_gather(shard, whole);
+    } else {
+      host_->end_uploads();
     }
     for (int p : k.params) {
       const auto& param = layout_->params()[size_t(p)];
@@ -262,10 +268,11 @@ void DataParallel::sync_compute_shards() {
   for (size_t b = 0; b < layout_->buckets().size(); ++b) {
     const Tensor shard = compute_params_->shard(int(b));
     if (params_->offloaded())
-      ops::copy_(shard, optimizer_->rounded_shard(*params_, int(b)));  // up from the host
+      host_->upload(optimizer_->rounded_shard(*params_, int(b)), shard);  // up from the host
     else
       ops::copy_(shard, params_->shard(int(b)));  // rounded to nearest even, as a gather-then-round
   }
+  if (params_->offloaded()) host_->end_uploads();  // before the compute stream reads a shard
   compute_hooks_->refresh();
 }
 

@@ -26,6 +26,7 @@ HostTransfers::~HostTransfers() {
   cuda::StreamOrder& order = *order_for(device_);
   for (void* e : events_)
     if (e != nullptr) order.destroy_event(e);
+  if (uploads_done_ != nullptr) order.destroy_event(uploads_done_);
 }
 
 Tensor HostTransfers::host_empty(int64_t numel, DType dtype) const {
@@ -87,6 +88,40 @@ void HostTransfers::end_downloads() {
   }
   events_.clear();
   waited_.clear();
+}
+
+void HostTransfers::upload(const Tensor& src, const Tensor& dst) {
+  TESSERA_CHECK(dst.device() == device_ && src.device().is_cpu() && src.dtype() == dst.dtype() &&
+                    src.numel() == dst.numel() && src.is_contiguous() && dst.is_contiguous(),
+                "HostTransfers::upload: expected a host tensor and a contiguous ", device_,
+                " tensor of the same dtype and size, got ", src.describe(), " and ",
+                dst.describe());
+  if (!streams_) {
+    ops::copy_(dst, src);
+    return;
+  }
+  cuda::StreamOrder& order = *order_for(device_);
+  void* ready = order.record_event(order.compute_stream());
+  order.stream_wait_event(order.comm_stream(), ready);
+  order.destroy_event(ready);
+  order.copy_async(dst.data_ptr("offload upload"), src.data_ptr("offload upload"), dst.nbytes(),
+                   /*to_host=*/false, order.comm_stream());
+  uploads_pending_ = true;
+}
+
+void HostTransfers::end_uploads() {
+  if (!uploads_pending_) return;
+  cuda::StreamOrder& order = *order_for(device_);
+  if (uploads_done_ != nullptr) order.destroy_event(uploads_done_);
+  uploads_done_ = order.record_event(order.comm_stream());
+  order.stream_wait_event(order.compute_stream(), uploads_done_);
+  uploads_pending_ = false;
+}
+
+void HostTransfers::sync_uploads() {
+  end_uploads();
+  if (uploads_done_ == nullptr) return;
+  order_for(device_)->event_synchronize(uploads_done_);
 }
 
 }  // namespace tessera::parallel

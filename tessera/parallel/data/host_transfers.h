@@ -5,8 +5,10 @@
 // On a CUDA device the host buffers are page-locked and the downloads run on the communication
 // stream, after an event from the compute stream (so they see every kernel queued before
 // them), each followed by an event the host waits on before it reads that buffer: bucket b + 1
-// travels while the CPU updates bucket b. On the CPU there is nothing to move: buffers are
-// plain host memory and a download is a copy.
+// travels while the CPU updates bucket b. The uploads of the updated parameters run on the
+// same stream without the host waiting: the all-gather queued after each upload there sees
+// it, and end_uploads() makes the compute stream wait. On the CPU there is nothing to move:
+// buffers are plain host memory and a transfer is a copy.
 //
 //   HostTransfers t(Device::cuda());
 //   Tensor host = t.host_empty(n, DType::f32);
@@ -43,11 +45,24 @@ class HostTransfers {
   // Waits for every download still in flight and forgets the tickets.
   void end_downloads();
 
+  // Starts copying host tensor `src` (host_empty's) into contiguous device tensor `dst` on the
+  // communication stream, after the device work queued so far (which may still use dst's
+  // memory); a collective queued after it on that stream sees it. Returns at once on a GPU:
+  // `src` must not change until the compute stream has passed end_uploads() (the next step's
+  // downloads wait for that).
+  void upload(const Tensor& src, const Tensor& dst);
+  // The compute stream waits for every upload started so far (the host does not).
+  void end_uploads();
+  // The host waits for them: before it rewrites a buffer an upload may still read.
+  void sync_uploads();
+
  private:
   Device device_;
   bool streams_ = false;  // a CUDA backend with StreamOrder serves device_
   std::vector<void*> events_;
   std::vector<bool> waited_;
+  bool uploads_pending_ = false;
+  void* uploads_done_ = nullptr;  // recorded by the last end_uploads()
 };
 
 }  // namespace tessera::parallel

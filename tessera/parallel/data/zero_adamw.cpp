@@ -140,6 +140,7 @@ Tensor ZeroAdamW::rounded_shard(const FlatParams& params, int b) {
   const int space = layout_.buckets()[size_t(b)].space;
   const uint64_t now = master_version(params, space);
   if (rounded_version_[size_t(space)] != now) {
+    host_->sync_uploads();  // an upload of the old values may still read these buffers
     NoGradGuard no_grad;
     for (size_t k = 0; k < layout_.buckets().size(); ++k)
       if (layout_.buckets()[k].space == space)
