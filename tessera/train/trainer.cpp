@@ -22,6 +22,7 @@
 #include "tessera/data/load_tokenizer.h"
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/nn/io/local_checkpoint.h"
+#include "tessera/train/detail/snapshot_staging.h"
 #include "tessera/nn/optim/adamw.h"
 #include "tessera/nn/optim/sgd.h"
 #include "tessera/parallel/comm/flight_watch.h"

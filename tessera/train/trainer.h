@@ -55,7 +55,6 @@
 #include "tessera/nn/gpt.h"
 #include "tessera/nn/io/checkpoint_writer.h"
 #include "tessera/parallel/comm/communicator.h"
-#include "tessera/train/detail/snapshot_staging.h"
 #include "tessera/train/heartbeat.h"
 #include "tessera/train/metrics.h"
 #include "tessera/train/module_engine.h"
@@ -69,6 +68,8 @@ class FlightWatch;
 }
 
 namespace tessera::train {
+
+class SnapshotStaging;  // detail/snapshot_staging.h
 
 // A layout that does not fit the model, the batch or the ranks, or an option that cannot apply
 // to the run: one line, raised on every rank before any collective.
