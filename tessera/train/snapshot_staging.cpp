@@ -8,16 +8,15 @@ namespace tessera::train {
 int64_t SnapshotStaging::stage(const std::vector<Tensor*>& tensors) {
   std::map<DType, int64_t> need;
   for (const Tensor* t : tensors) {
-    TESSERA_CHECK((t->device() == transfers_.device() || t->device().is_cpu()) &&
-                      t->is_contiguous(),
-                  "SnapshotStaging: expected contiguous ", transfers_.device(), " or CPU tensors, ",
-                  "got ", t->describe());
+    TESSERA_CHECK(
+        (t->device() == transfers_.device() || t->device().is_cpu()) && t->is_contiguous(),
+        "SnapshotStaging: expected contiguous ", transfers_.device(), " or CPU tensors, ", "got ",
+        t->describe());
     need[t->dtype()] += t->numel();
   }
   for (const auto& [dtype, numel] : need) {
     Tensor& buffer = buffers_[dtype];
-    if (!buffer.defined() || buffer.numel() < numel)
-      buffer = transfers_.host_empty(numel, dtype);
+    if (!buffer.defined() || buffer.numel() < numel) buffer = transfers_.host_empty(numel, dtype);
   }
   transfers_.begin_downloads();
   std::map<DType, int64_t> used;
@@ -36,6 +35,8 @@ int64_t SnapshotStaging::stage(const std::vector<Tensor*>& tensors) {
   return bytes;
 }
 
-void SnapshotStaging::land() { transfers_.end_downloads(); }
+void SnapshotStaging::land() {
+  transfers_.end_downloads();
+}
 
 }  // namespace tessera::train

@@ -22,12 +22,12 @@
 #include "tessera/data/load_tokenizer.h"
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/nn/io/local_checkpoint.h"
-#include "tessera/train/detail/snapshot_staging.h"
 #include "tessera/nn/optim/adamw.h"
 #include "tessera/nn/optim/sgd.h"
 #include "tessera/parallel/comm/flight_watch.h"
 #include "tessera/train/detail/device.h"
 #include "tessera/train/detail/layout_engine.h"
+#include "tessera/train/detail/snapshot_staging.h"
 #include "tessera/train/tensorboard.h"
 #include "tessera/train/world.h"
 
@@ -429,15 +429,12 @@ std::string Trainer::save_local() {
   LocalState live = engine_->local_state();
   const nlohmann::json fingerprint = local_fingerprint(live);
   const nlohmann::json state = checkpoint_state(live.optimizer_scalars, /*durable=*/false);
-  int64_t staged = 0;
-  if (snapshot == nn::CheckpointWriter::Snapshot::staged) {
-    std::vector<Tensor*> tensors;
-    for (auto& [name, t] : live.tensors) tensors.push_back(&t);
-    staged = stage_snapshot(tensors);
-  }
-  return writer_->save_local(nn::local_rank_dir(local_dir(), world_->rank()), step_,
-                             std::move(live.tensors), fingerprint, state, snapshot,
-                             [this] { staging_->land(); }, staged);
+  std::vector<Tensor*> tensors;
+  for (auto& [name, t] : live.tensors) tensors.push_back(&t);
+  const int64_t staged = stage_snapshot(snapshot, tensors);
+  return writer_->save_local(
+      nn::local_rank_dir(local_dir(), world_->rank()), step_, std::move(live.tensors), fingerprint,
+      state, snapshot, [this] { staging_->land(); }, staged);
 }
 
 void Trainer::load(const std::string& checkpoint_dir) {
@@ -616,7 +613,9 @@ nn::CheckpointWriter::Snapshot Trainer::begin_snapshot() {
   return snapshot;
 }
 
-int64_t Trainer::stage_snapshot(const std::vector<Tensor*>& tensors) {
+int64_t Trainer::stage_snapshot(nn::CheckpointWriter::Snapshot snapshot,
+                                const std::vector<Tensor*>& tensors) {
+  if (snapshot != nn::CheckpointWriter::Snapshot::staged) return 0;
   if (!staging_) staging_ = std::make_unique<SnapshotStaging>(device_);
   return staging_->stage(tensors);
 }
@@ -652,14 +651,11 @@ std::string Trainer::save_sharded(bool wait) {
     job.keep = options_.keep_checkpoints;
     job.publish_timeout = allow;
   }
-  int64_t staged = 0;
-  if (snapshot == nn::CheckpointWriter::Snapshot::staged) {
-    std::vector<Tensor*> tensors;
-    for (nn::ShardPiece& p : job.pieces) tensors.push_back(&p.data);
-    staged = stage_snapshot(tensors);
-  }
-  const std::string dir =
-      writer_->save_shard(std::move(job), snapshot, [this] { staging_->land(); }, staged);
+  std::vector<Tensor*> tensors;
+  for (nn::ShardPiece& p : job.pieces) tensors.push_back(&p.data);
+  const int64_t staged = stage_snapshot(snapshot, tensors);
+  const std::string dir = writer_->save_shard(
+      std::move(job), snapshot, [this] { staging_->land(); }, staged);
   if (wait) {
     wait_for_save();
     world_->barrier(allow);  // rank 0 has published the set

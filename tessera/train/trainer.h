@@ -179,9 +179,10 @@ class Trainer {
   // writer and the snapshot to take, with the engine's update fence installed for a stream.
   bool stream_snapshots() const;
   nn::CheckpointWriter::Snapshot begin_snapshot();
-  // A staged snapshot (a GPU's state downloaded on a side stream into page-locked memory):
-  // replaces `tensors` by the host views and returns the bytes staged.
-  int64_t stage_snapshot(const std::vector<Tensor*>& tensors);
+  // For a staged snapshot (a GPU's state downloaded on a side stream into page-locked
+  // memory), replaces `tensors` by the host views and returns the bytes staged; 0 otherwise.
+  int64_t stage_snapshot(nn::CheckpointWriter::Snapshot snapshot,
+                         const std::vector<Tensor*>& tensors);
   // The node-local tier: this rank's own state into local_dir(); and, at start, every rank's
   // agreement (two all-reduces) on a local step newer than durable_step, loaded if they agree.
   std::string save_local();

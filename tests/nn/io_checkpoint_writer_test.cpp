@@ -100,11 +100,14 @@ TEST(CheckpointWriter, AStagedSnapshotIsWrittenOnlyOnceItHasLanded) {
   job.nonce = checkpoint_nonce(5);
   job.pieces = pieces;
   CheckpointWriter writer;
-  writer.save_shard(std::move(job), CheckpointWriter::Snapshot::staged, [&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the writer could run now
-    for (size_t i = 0; i < buffers.size(); ++i) ops::copy_(buffers[i], staged[i]);
-    landed_on = std::this_thread::get_id();
-  }, 1234);
+  writer.save_shard(
+      std::move(job), CheckpointWriter::Snapshot::staged,
+      [&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the writer could run now
+        for (size_t i = 0; i < buffers.size(); ++i) ops::copy_(buffers[i], staged[i]);
+        landed_on = std::this_thread::get_id();
+      },
+      1234);
   EXPECT_EQ(writer.pending_bytes(), 1234);
   EXPECT_GE(writer.wait_for_snapshot(), 0.04);  // it lands here, not on the writer's thread
   EXPECT_EQ(landed_on, caller);

@@ -70,8 +70,9 @@ const std::map<std::string, std::string>& flag_help() {
       {"checkpoint_every", "checkpoint every N steps (0: at the end only)"},
       {"keep_checkpoints", "checkpoints to keep (0: all)"},
       {"run_dir", "where config.json, metrics.jsonl and checkpoints/ go"},
-      {"resume", "auto (continue from the run's newest checkpoint that loads, passing over "
-                 "corrupt ones), never, or a checkpoint directory"},
+      {"resume",
+       "auto (continue from the run's newest checkpoint that loads, passing over "
+       "corrupt ones), never, or a checkpoint directory"},
       {"tensorboard",
        "write TensorBoard event files of every step's metrics to this folder (tensorboard "
        "--logdir it)"},

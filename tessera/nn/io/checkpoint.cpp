@@ -391,8 +391,9 @@ LoadedCheckpoint open_checkpoint(const std::string& dir) {
   return out;
 }
 
-std::optional<LoadedCheckpoint> load_newest_good_checkpoint(
-    const std::string& run_dir, std::vector<SkippedCheckpoint>* skipped, bool open_sharded) {
+std::optional<LoadedCheckpoint> load_newest_good_checkpoint(const std::string& run_dir,
+                                                            std::vector<SkippedCheckpoint>* skipped,
+                                                            bool open_sharded) {
   std::vector<SkippedCheckpoint> passed;
   std::vector<int64_t> steps = list_checkpoints(run_dir);
   const fs::path dir = checkpoints_dir(run_dir);
@@ -422,7 +423,8 @@ std::optional<LoadedCheckpoint> load_newest_good_checkpoint(
     const std::string candidate = (dir / checkpoint_name(*it)).string();
     try {
       LoadedCheckpoint loaded =
-          open_sharded ? open_checkpoint(candidate) : LoadedCheckpoint{candidate, load_checkpoint(candidate), nullptr};
+          open_sharded ? open_checkpoint(candidate)
+                       : LoadedCheckpoint{candidate, load_checkpoint(candidate), nullptr};
       if (skipped) *skipped = passed;
       return loaded;
     } catch (const Error& e) {

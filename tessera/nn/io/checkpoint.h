@@ -96,7 +96,8 @@ LoadedCheckpoint open_checkpoint(const std::string& dir);
 // nullopt when the run has no checkpoint; an error listing every skip when none loads.
 // With open_sharded, candidates are taken with open_checkpoint() (a sharded set is opened, not
 // read).
-std::optional<LoadedCheckpoint> load_newest_good_checkpoint(
-    const std::string& run_dir, std::vector<SkippedCheckpoint>* skipped, bool open_sharded = false);
+std::optional<LoadedCheckpoint> load_newest_good_checkpoint(const std::string& run_dir,
+                                                            std::vector<SkippedCheckpoint>* skipped,
+                                                            bool open_sharded = false);
 
 }  // namespace tessera::nn

@@ -121,10 +121,13 @@ std::string CheckpointWriter::save_shard(ShardJob job, Snapshot snapshot,
   const std::string dir = checkpoint_path(job.run_dir, job.step);
   const int64_t step = job.step;
   auto shared = std::make_shared<ShardJob>(std::move(job));
-  submit(step, [shared](const std::function<void()>& release) {
-    shared->on_data_written = release;
-    write_shard(*shared);
-  }, bytes, snapshot, std::move(land));
+  submit(
+      step,
+      [shared](const std::function<void()>& release) {
+        shared->on_data_written = release;
+        write_shard(*shared);
+      },
+      bytes, snapshot, std::move(land));
   return dir;
 }
 
@@ -140,9 +143,12 @@ std::string CheckpointWriter::save_local(const std::string& rank_dir, int64_t st
     tensors = nn::snapshot(tensors, bytes);
   }
   auto shared = std::make_shared<StateDict>(std::move(tensors));
-  submit(step, [rank_dir, step, shared, fingerprint, state](const std::function<void()>& release) {
-    save_local_checkpoint(rank_dir, step, *shared, fingerprint, state, release);
-  }, bytes, snapshot, std::move(land));
+  submit(
+      step,
+      [rank_dir, step, shared, fingerprint, state](const std::function<void()>& release) {
+        save_local_checkpoint(rank_dir, step, *shared, fingerprint, state, release);
+      },
+      bytes, snapshot, std::move(land));
   return (std::filesystem::path(rank_dir) / checkpoint_name(step)).string();
 }
 

@@ -12,8 +12,8 @@
 #include <random>
 #include <thread>
 
-#include "tessera/core/error.h"
 #include "tessera/core/empty.h"
+#include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/core/version.h"
@@ -140,9 +140,12 @@ void write_json_file(const fs::path& path, const json& j, const char* what) {
 json shard_index(const ShardJob& job, const fs::path& file, uint64_t checksum) {
   json pieces = json::array();
   for (const ShardPiece& p : job.pieces) pieces.push_back(piece_json(p));
-  return {{"format", kShardFormat}, {"version", kShardedVersion},
-          {"step", job.step},       {"rank", job.rank},
-          {"ranks", job.ranks},     {"nonce", job.nonce},
+  return {{"format", kShardFormat},
+          {"version", kShardedVersion},
+          {"step", job.step},
+          {"rank", job.rank},
+          {"ranks", job.ranks},
+          {"nonce", job.nonce},
           {"file", file.filename().string()},
           {"bytes", fs::file_size(file)},
           {"checksum", checksum_hex(checksum)},

@@ -139,7 +139,7 @@ struct ShardedSet {
   };
   std::string dir;
   int64_t step = 0;
-  nlohmann::json state;                 // the caller's (as CheckpointData::state)
+  nlohmann::json state;                  // the caller's (as CheckpointData::state)
   std::vector<std::string> shard_files;  // by rank
   std::vector<StoredTensor> tensors;     // in the order the shards list them
 };

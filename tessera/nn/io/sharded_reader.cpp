@@ -53,8 +53,8 @@ json read_manifest(const fs::path& dir, ShardedSet* set) {
   set->step = int_field(m, "step", where);
   TESSERA_CHECK(set->step >= 0, where, ": 'step' must be non-negative, got ", set->step);
   if (auto named = parse_checkpoint_name(dir.filename().string()))
-    TESSERA_CHECK(*named == set->step, where, ": 'step' is ", set->step,
-                  " but the directory is ", dir.filename().string());
+    TESSERA_CHECK(*named == set->step, where, ": 'step' is ", set->step, " but the directory is ",
+                  dir.filename().string());
   const int64_t ranks = int_field(m, "ranks", where);
   const json& shards = field(m, "shards", &json::is_array, "an array", where);
   TESSERA_CHECK(ranks >= 1 && int64_t(shards.size()) == ranks, where, ": 'ranks' is ", ranks,
@@ -138,7 +138,8 @@ ShardedSet open_sharded_checkpoint(const std::string& dir_string) {
                   " bytes, but ", where, " records ", bytes.get<uint64_t>(),
                   " (truncated or replaced)");
     const std::string sum = checksum_hex(file_checksum(fw));
-    const std::string want = field(s, "checksum", &json::is_string, "a string", sw).get<std::string>();
+    const std::string want =
+        field(s, "checksum", &json::is_string, "a string", sw).get<std::string>();
     TESSERA_CHECK(sum == want, fw, ": checksum ", sum, " does not match ", want, " recorded in ",
                   where, " (the file is corrupt or from another checkpoint)");
     set.shard_files.push_back(fw);
@@ -159,8 +160,8 @@ ShardedSet open_sharded_checkpoint(const std::string& dir_string) {
       TESSERA_CHECK(it != by_key.end(), pw, " is missing from the file");
       const SafetensorsEntry& entry = *it->second;
       TESSERA_CHECK(entry.dtype == dtype && entry.shape == Shape{length}, pw, " is ",
-                    dtype_name(entry.dtype), entry.shape.to_string(), ", but ", where,
-                    " records ", dtype_name(dtype), "[", length, "]");
+                    dtype_name(entry.dtype), entry.shape.to_string(), ", but ", where, " records ",
+                    dtype_name(dtype), "[", length, "]");
       const TensorId id{p.optimizer, p.name};
       TESSERA_CHECK(p.full_shape.numel() <= claimed.at(id), pw, ": full shape ",
                     p.full_shape.to_string(), " has more elements than all its pieces (",
@@ -174,8 +175,8 @@ ShardedSet open_sharded_checkpoint(const std::string& dir_string) {
       const uint64_t first_byte = header.data_start + entry.begin;
       const size_t es = dtype_size(dtype);
       for (const PieceRun& run : piece_runs(p.geometry, p.full_shape, p.begin, length, pw))
-        t.runs.push_back({run.full_offset, run.length, int(r),
-                          first_byte + uint64_t(run.piece_offset) * es});
+        t.runs.push_back(
+            {run.full_offset, run.length, int(r), first_byte + uint64_t(run.piece_offset) * es});
     }
   }
   for (ShardedSet::StoredTensor& t : set.tensors) {
@@ -211,8 +212,8 @@ const ShardedSet::StoredTensor& stored_for(const ShardedSet& set, const TensorIn
   TESSERA_CHECK(t.full_shape == w.full_shape, what, " is ", dtype_name(t.dtype),
                 t.full_shape.to_string(), " in the set, but ", w.full_shape.to_string(),
                 " is wanted");
-  TESSERA_CHECK(w.data.defined() && (w.data.device().is_cpu() || !on_host) &&
-                    w.data.dim() == 1 && w.data.is_contiguous() && w.data.dtype() == t.dtype,
+  TESSERA_CHECK(w.data.defined() && (w.data.device().is_cpu() || !on_host) && w.data.dim() == 1 &&
+                    w.data.is_contiguous() && w.data.dtype() == t.dtype,
                 what, ": the piece to fill must be a contiguous 1-D", on_host ? " CPU " : " ",
                 dtype_name(t.dtype), " tensor, got ",
                 w.data.defined() ? w.data.describe() : "undefined");
@@ -244,10 +245,9 @@ void read_pieces(const ShardedSet& set, std::vector<ShardPiece>& wanted) {
     for (const PieceRun& run : runs) {
       const int64_t end = run.full_offset + run.length;
       // The stored runs tile the tensor in order, so their ends are sorted too.
-      auto s = std::upper_bound(t.runs.begin(), t.runs.end(), run.full_offset,
-                                [](int64_t at, const ShardedSet::StoredRun& r) {
-                                  return at < r.full_offset + r.length;
-                                });
+      auto s = std::upper_bound(
+          t.runs.begin(), t.runs.end(), run.full_offset,
+          [](int64_t at, const ShardedSet::StoredRun& r) { return at < r.full_offset + r.length; });
       int64_t copied = 0;
       for (; s != t.runs.end() && s->full_offset < end; ++s) {
         const int64_t lo = std::max(run.full_offset, s->full_offset);
@@ -259,8 +259,8 @@ void read_pieces(const ShardedSet& set, std::vector<ShardPiece>& wanted) {
                    uint64_t(hi - lo) * es);
         copied += hi - lo;
       }
-      TESSERA_CHECK(copied == run.length, piece_what(set, w), ": elements [", run.full_offset,
-                    ", ", end, ") are not all in the set");
+      TESSERA_CHECK(copied == run.length, piece_what(set, w), ": elements [", run.full_offset, ", ",
+                    end, ") are not all in the set");
     }
   }
 }

@@ -14,8 +14,8 @@
 #include <algorithm>
 
 #include "tessera/autograd/grad_mode.h"
-#include "tessera/core/error.h"
 #include "tessera/core/empty.h"
+#include "tessera/core/error.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/parallel/engine/detail/full_optimizer_state.h"
 #include "tessera/parallel/engine/parallel_trainer.h"
@@ -90,8 +90,7 @@ std::vector<nn::ShardPiece> ParallelTrainer::state_pieces(bool held) const {
       continue;
     }
     for (int k = 0; k < 3; ++k)
-      for (const Segment& seg :
-           layout.segments(b, origins[k], origins[k] + regions[k].numel()))
+      for (const Segment& seg : layout.segments(b, origins[k], origins[k] + regions[k].numel()))
         add(seg, regions[k], origins[k], k);
   }
   return out;
