@@ -2,7 +2,8 @@
 # --comm-timeout through mpiexec, dp2:
 #   1. a hang: rank 1 is stopped (SIGSTOP) after step 2; rank 0's next collective waits past
 #      the 2 s timeout and throws CommError, and `tessera train` ends the job: one line naming
-#      rank, group, collective and step, exit status 124, within the timeout plus 10 s;
+#      rank, group, collective (a scalar's shape is f64[]) and step, exit status 124, within
+#      the timeout plus 10 s;
 #   2. a slow save: every save pauses 3 s (TESSERA_FAULT_SAVE_PAUSE) under a 1 s timeout.
 #      Written in the background (the default) or in the loop (--sync-save), the run
 #      completes: the ranks wait for rank 0 (whose save waits for the write before it) under
@@ -48,7 +49,7 @@ fi
 wait "$job" || status=$?
 took_ms=$((($(date +%s%N) - start) / 1000000))
 kill -KILL "$victim" 2>/dev/null || true
-grep -Eq "^tessera train: rank 0: collective timed out after [0-9.]+ s \(timeout 2 s\): rank 0 of group [a-z.]+ \(size 2\), [a-z_ ]+ of [a-z0-9]+\[[0-9]+\] on cpu, step [0-9]+$" "$run.log" ||
+grep -Eq "^tessera train: rank 0: collective timed out after [0-9.]+ s \(timeout 2 s\): rank 0 of group [a-z.]+ \(size 2\), [a-z_ ]+ of [a-z0-9]+\[[0-9, ]*\] on cpu, step [0-9]+$" "$run.log" ||
   { cat "$run.log" >&2; fail "hang: no one-line report of the timed-out collective"; }
 [ "$status" = 124 ] || { cat "$run.log" >&2; fail "hang: mpiexec exited $status, not 124"; }
 echo "hang: detected and the job ended with status 124 in ${took_ms} ms (timeout 2 s)"
