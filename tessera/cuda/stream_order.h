@@ -50,6 +50,10 @@ class StreamOrder {
   // it has completed.
   virtual void copy_async(void* dst, const void* src, size_t bytes, bool to_host,
                           Stream stream) = 0;
+  // `bytes` copied from the device to host memory before it returns, from any host thread, on
+  // that thread's own stream: after none of the streams above, so the caller must have
+  // synchronised whatever wrote src (a checkpoint writer streaming a settled state).
+  virtual void read_now(void* dst, const void* src, size_t bytes) = 0;
   // `bytes` of page-locked host memory (cudaMallocHost; on the simulated device, plain host
   // memory) as a CPU storage that frees it when released.
   virtual std::shared_ptr<Storage> pinned_host_storage(size_t bytes) = 0;

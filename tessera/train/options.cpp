@@ -70,6 +70,7 @@ void for_each_field(Options& o, F&& f) {
   f("sync_save", o.sync_save);
   f("checkpoint_format", o.checkpoint_format);
   f("checkpoint_snapshot", o.checkpoint_snapshot);
+  f("checkpoint_chunk_mb", o.checkpoint_chunk_mb);
   f("checkpoint_every_local", o.checkpoint_every_local);
   f("local_dir", o.local_dir);
   f("tensorboard", o.tensorboard);
@@ -201,9 +202,15 @@ void TrainOptions::validate() const {
                     checkpoint_snapshot == "stream" || checkpoint_snapshot == "staged",
                 "train: --checkpoint-snapshot must be auto, copy, stream or staged, got '",
                 checkpoint_snapshot, "'");
-  TESSERA_CHECK(checkpoint_snapshot != "stream" || device == "cpu",
-                "train: --checkpoint-snapshot stream reads the live state from host memory; ",
-                "--device is ", device, " (use staged, copy or auto)");
+  TESSERA_CHECK(checkpoint_chunk_mb > 0 && checkpoint_chunk_mb * 1048576.0 >= 8 &&
+                    checkpoint_chunk_mb <= 1048576,
+                "train: --checkpoint-chunk-mb must be between 8 bytes and 1 TiB, got ",
+                checkpoint_chunk_mb);
+  TESSERA_CHECK(checkpoint_chunk_mb == TrainOptions().checkpoint_chunk_mb ||
+                    (checkpoint_snapshot == "stream" && device != "cpu"),
+                "train: --checkpoint-chunk-mb sizes the chunk a streamed snapshot reads a GPU's ",
+                "state through; it needs --checkpoint-snapshot stream and a GPU device (",
+                "--checkpoint-snapshot is ", checkpoint_snapshot, ", --device ", device, ")");
   TESSERA_CHECK(checkpoint_snapshot != "staged" || device != "cpu",
                 "train: --checkpoint-snapshot staged downloads a GPU's state on a side stream; ",
                 "--device is cpu (use stream, copy or auto)");

@@ -591,19 +591,17 @@ std::string Trainer::save(bool wait) {
   return (fs::path(nn::checkpoints_dir(options_.run_dir)) / nn::checkpoint_name(step_)).string();
 }
 
-bool Trainer::stream_snapshots() const {
-  return options_.checkpoint_snapshot == "stream" ||
-         (options_.checkpoint_snapshot == "auto" && device_.is_cpu());
+nn::CheckpointWriter::Snapshot Trainer::snapshot_mode() const {
+  using Snapshot = nn::CheckpointWriter::Snapshot;
+  const std::string& mode = options_.checkpoint_snapshot;
+  if (mode == "auto") return device_.is_cpu() ? Snapshot::stream : Snapshot::staged;
+  return mode == "stream" ? Snapshot::stream : mode == "staged" ? Snapshot::staged : Snapshot::copy;
 }
 
 nn::CheckpointWriter::Snapshot Trainer::begin_snapshot() {
   using Snapshot = nn::CheckpointWriter::Snapshot;
   if (!writer_) writer_ = std::make_unique<nn::CheckpointWriter>();
-  const std::string& mode = options_.checkpoint_snapshot;
-  const Snapshot snapshot = stream_snapshots() ? Snapshot::stream
-                            : mode == "staged" || (mode == "auto" && !device_.is_cpu())
-                                ? Snapshot::staged
-                                : Snapshot::copy;
+  const Snapshot snapshot = snapshot_mode();
   if (snapshot != Snapshot::copy && !update_fence_set_) {
     // A streamed write reads the live state, a staged one downloads it: the next update
     // waits until the bytes are in the file, or in host memory.
@@ -615,9 +613,20 @@ nn::CheckpointWriter::Snapshot Trainer::begin_snapshot() {
 
 int64_t Trainer::stage_snapshot(nn::CheckpointWriter::Snapshot snapshot,
                                 const std::vector<Tensor*>& tensors) {
-  if (snapshot != nn::CheckpointWriter::Snapshot::staged) return 0;
+  using Snapshot = nn::CheckpointWriter::Snapshot;
+  if (snapshot == Snapshot::copy || device_.is_cpu()) return 0;
   if (!staging_) staging_ = std::make_unique<SnapshotStaging>(device_);
-  return staging_->stage(tensors);
+  if (snapshot == Snapshot::staged) return staging_->stage(tensors);
+  // A stream of GPU state: the writer reads it from its own thread through one chunk, once
+  // the device has run what still writes it (the last update; and the state's pieces, which
+  // the engine may have queued as copies).
+  if (!chunked_reads_set_) {
+    writer_->set_chunked_reads(
+        staging_->chunked_reads(int64_t(options_.checkpoint_chunk_mb * 1048576.0)));
+    chunked_reads_set_ = true;
+  }
+  staging_->settle();
+  return 0;
 }
 
 std::string Trainer::save_sharded(bool wait) {
@@ -797,7 +806,8 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
       // What the loop spent in the save on rank 0, and what the snapshot copied beyond the
       // state (nothing streamed; a gathered save in the loop uses no writer).
       const bool gathered = durable && !sharded_checkpoints();
-      const bool streamed = !gathered && stream_snapshots();
+      using Snapshot = nn::CheckpointWriter::Snapshot;
+      const Snapshot mode = gathered ? Snapshot::copy : snapshot_mode();
       if (rank0)
         saves->append(
             {{"step", m.step},
@@ -806,7 +816,9 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
              {"format", local      ? "local"
                         : gathered ? "gathered"
                                    : "sharded"},
-             {"snapshot", streamed ? "stream" : "copy"},
+             {"snapshot", mode == Snapshot::stream   ? "stream"
+                          : mode == Snapshot::staged ? "staged"
+                                                     : "copy"},
              {"snapshot_bytes", gathered && o.sync_save ? 0 : writer_->last_snapshot_bytes()},
              {"sync", durable && o.sync_save}});
     }

@@ -175,12 +175,14 @@ class Trainer {
   nlohmann::json checkpoint_state(const nlohmann::json& optimizer_scalars, bool durable) const;
   bool sharded_checkpoints() const;
   std::string save_sharded(bool wait);
-  // Whether saves stream from the live state (--checkpoint-snapshot); and, before a save, the
-  // writer and the snapshot to take, with the engine's update fence installed for a stream.
-  bool stream_snapshots() const;
+  // How sharded and local saves snapshot the state (--checkpoint-snapshot, auto resolved);
+  // and, before a save, the writer and that snapshot, with the engine's update fence
+  // installed unless it copies.
+  nn::CheckpointWriter::Snapshot snapshot_mode() const;
   nn::CheckpointWriter::Snapshot begin_snapshot();
   // For a staged snapshot (a GPU's state downloaded on a side stream into page-locked
-  // memory), replaces `tensors` by the host views and returns the bytes staged; 0 otherwise.
+  // memory), replaces `tensors` by the host views and returns the bytes staged; for a streamed
+  // one of GPU state, settles the device and gives the writer its chunked reads; 0 otherwise.
   int64_t stage_snapshot(nn::CheckpointWriter::Snapshot snapshot,
                          const std::vector<Tensor*>& tensors);
   // The node-local tier: this rank's own state into local_dir(); and, at start, every rank's
@@ -218,6 +220,7 @@ class Trainer {
   std::unique_ptr<nn::CheckpointWriter> writer_;  // background saves
   std::unique_ptr<SnapshotStaging> staging_;      // GPU snapshots, page-locked
   bool update_fence_set_ = false;  // the engine waits for a streamed snapshot before updates
+  bool chunked_reads_set_ = false;  // the writer reads GPU state through staging_'s chunk
   double snapshot_wait_s_ = 0;     // this step's wait
   bool live_progress_ = false;
   std::string local_note_;  // the banner's line on the node-local tier at resume

@@ -239,7 +239,24 @@ if [ "$nccl" = simulated ]; then
     fail "checkpoints.jsonl does not count the staged bytes"
   tol=0 compare "cuda-sim dp2, staged snapshots and a resume, against copy" "$dir/sim_copy" \
     "$dir/sim_staged"
-  rm -rf "$dir/sim_copy" "$dir/sim_staged"
+  # stream: the device settles at the save, then the writer thread reads the live state through
+  # one page-locked chunk (4 KiB here, so the larger pieces take several) while the loop goes
+  # on. Same bytes as copy's, a snapshot of one chunk, and the resume bit-identical (what a
+  # save that did not settle the device would read: tests/tools/snapshot_staging_test.cpp).
+  for steps in 2 4; do
+    TESSERA_SIM_STREAMS=deferred "$mpiexec" "$np" 2 "$tessera" train "${sim[@]}" \
+      --max-steps "$steps" --checkpoint-snapshot stream --checkpoint-chunk-mb 0.00390625 \
+      --run-dir "$dir/sim_stream" >"$dir/sim_stream.log"
+  done
+  grep -q "resuming from" "$dir/sim_stream.log" || fail "the streamed run did not resume"
+  for f in "$dir"/sim_stream/checkpoints/step_0000000{2,4}/shard_0000{0,1}.safetensors; do
+    cmp -s "$f" "${f/sim_stream/sim_copy}" || fail "the streamed GPU snapshot differs from the copy: $f"
+  done
+  [ "$(grep -c '"snapshot":"stream","snapshot_bytes":4096,' "$dir/sim_stream/checkpoints.jsonl")" = 2 ] ||
+    fail "checkpoints.jsonl does not show two streamed saves of one 4096-byte chunk: $(cat "$dir/sim_stream/checkpoints.jsonl")"
+  tol=0 compare "cuda-sim dp2, streamed snapshots through a 4 KiB chunk and a resume, against copy" \
+    "$dir/sim_copy" "$dir/sim_stream"
+  rm -rf "$dir/sim_copy" "$dir/sim_staged" "$dir/sim_stream"
   "$mpiexec" "$np" 1 "$tessera" train "${common[@]}" --precision bf16 --max-steps 2 \
     --device cuda-sim --run-dir "$dir/sim_n1" >/dev/null
   "$tessera" train "${common[@]}" --precision bf16 --max-steps 2 --device cuda-sim \

@@ -294,6 +294,36 @@ TEST(Trainer, OffloadFlagIsChecked) {
   // ZeRO 0 at dp > 1 is refused under mpiexec (train_parallel_test.sh); one GPU runs it.
 }
 
+// --checkpoint-snapshot and --checkpoint-chunk-mb: each mode where it cannot apply, and a
+// chunk without a GPU stream to size, refused in one line naming why (the runs that apply are
+// in train_parallel_test.sh).
+TEST(Trainer, SnapshotFlagsAreChecked) {
+  ScratchDir dir;
+  using tessera::testing::error_of;
+  TrainOptions o = tiny_options(dir, "run");
+  o.checkpoint_snapshot = "mmap";
+  EXPECT_NE(error_of([&] { o.validate(); }).find("must be auto, copy, stream or staged"),
+            std::string::npos);
+  o.checkpoint_snapshot = "staged";
+  EXPECT_NE(error_of([&] { o.validate(); }).find("--device is cpu"), std::string::npos);
+  o.checkpoint_snapshot = "stream";
+  o.checkpoint_chunk_mb = 1;
+  EXPECT_NE(error_of([&] { o.validate(); })
+                .find("needs --checkpoint-snapshot stream and a GPU device (--checkpoint-snapshot "
+                      "is stream, --device cpu)"),
+            std::string::npos);
+  o.device = "cuda";
+  o.checkpoint_snapshot = "staged";
+  EXPECT_NE(error_of([&] { o.validate(); }).find("--checkpoint-snapshot is staged"),
+            std::string::npos);
+  o.checkpoint_snapshot = "stream";
+  o.checkpoint_chunk_mb = 1e-7;  // under 8 bytes
+  EXPECT_NE(error_of([&] { o.validate(); }).find("between 8 bytes and 1 TiB, got 1e-07"),
+            std::string::npos);
+  o.checkpoint_chunk_mb = 0.5;
+  o.validate();  // a GPU stream's chunk applies
+}
+
 TEST(Trainer, LiveProgressIsRedrawnInPlaceAndClearedAtTheEnd) {
   ScratchDir dir;
   write_corpus_shards(dir);

@@ -60,7 +60,7 @@ nn::LoadedCheckpoint load_training_checkpoint(const std::string& spec) {
     TESSERA_CHECK(newest.has_value(), "ckpt convert: run directory ", spec, " has no checkpoint");
     return std::move(*newest);
   }
-  return {spec, nn::load_checkpoint(spec)};
+  return {spec, nn::load_checkpoint(spec), nullptr};
 }
 
 // Between the two training-checkpoint formats, model, optimizer and state all kept: the

@@ -132,10 +132,13 @@ const std::map<std::string, std::string>& flag_help() {
        "writes the single-process format) or auto (sharded on several ranks)"},
       {"checkpoint_snapshot",
        "sharded saves: copy (the loop waits while its part is copied to memory), stream (no "
-       "copy: the write reads the live state and the next update waits for it; CPU only), "
-       "staged (a GPU's part downloads on a side stream into page-locked memory while the "
-       "loop goes on; the next update waits for it) or auto (stream on the CPU, staged on a "
-       "GPU)"},
+       "copy: the write reads the live state, a GPU's through one page-locked chunk, and the "
+       "next update waits until it is written), staged (a GPU's part downloads on a side "
+       "stream into page-locked memory while the loop goes on; the next update waits for it) "
+       "or auto (stream on the CPU, staged on a GPU)"},
+      {"checkpoint_chunk_mb",
+       "with --checkpoint-snapshot stream on a GPU: the page-locked chunk (MiB) the writer "
+       "reads the state through, the host memory a save holds (default 64)"},
       {"checkpoint_every_local",
        "the node-local tier: every N steps each rank writes its own state to --local-dir, "
        "keeping the newest; a restart on the same layout and hosts resumes from it (0: off)"},

@@ -62,6 +62,11 @@ void CudaBackend::copy_async(void* dst, const void* src, size_t bytes, bool to_h
                         as_stream(stream));
 }
 
+void CudaBackend::read_now(void* dst, const void* src, size_t bytes) {
+  context_.compute_stream();
+  runtime::memcpy_to_host_now(dst, src, bytes);
+}
+
 std::shared_ptr<Storage> CudaBackend::pinned_host_storage(size_t bytes) {
   context_.compute_stream();
   void* p = runtime::host_alloc_pinned(bytes);

@@ -35,6 +35,7 @@ class CudaBackend final : public Backend, public StreamOrder {
   void event_synchronize(Event event) override;
   void destroy_event(Event event) override;
   void copy_async(void* dst, const void* src, size_t bytes, bool to_host, Stream stream) override;
+  void read_now(void* dst, const void* src, size_t bytes) override;
   std::shared_ptr<Storage> pinned_host_storage(size_t bytes) override;
 
   // Every op of the table: the kernel ops forward to their launchers (cuda_backend_ops.cpp),

@@ -63,6 +63,11 @@ void trim_pool(int device);
 // finished when the call returns only after stream_synchronize(stream).
 void memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind, cudaStream_t stream);
 void memset_async(void* dst, int byte, size_t bytes, cudaStream_t stream);
+// Copies device memory to host memory and returns once the bytes are there, on the calling
+// thread's own stream (cudaStreamPerThread): ordered after none of the device's streams, so
+// the caller must know that nothing queued still writes src. Callable from any host thread
+// (a checkpoint writer's); the device must be current on it.
+void memcpy_to_host_now(void* dst, const void* src, size_t bytes);
 
 // Page-locked host memory (cudaMallocHost), so that copies to and from it run asynchronously
 // on their stream; the simulator hands out plain 64-byte aligned host memory. Never null:

@@ -103,6 +103,13 @@ void memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind, cudaS
   if (bytes > 0) TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), stream));
 }
 
+void memcpy_to_host_now(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  TESSERA_CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cudaStreamPerThread));
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+}
+
 void memset_async(void* dst, int byte, size_t bytes, cudaStream_t stream) {
   if (bytes > 0) TESSERA_CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, stream));
 }

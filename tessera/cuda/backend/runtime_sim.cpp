@@ -119,6 +119,12 @@ void memcpy_async(void* dst, const void* src, size_t bytes, CopyKind /*kind*/,
   if (bytes > 0) sim::submit(stream, [=] { std::memmove(dst, src, bytes); });
 }
 
+void memcpy_to_host_now(void* dst, const void* src, size_t bytes) {
+  // No stream: the simulated device's memory is host memory, and the caller vouches that no
+  // queued work writes it.
+  if (bytes > 0) std::memmove(dst, src, bytes);
+}
+
 void memset_async(void* dst, int byte, size_t bytes, cudaStream_t stream) {
   if (bytes > 0) sim::submit(stream, [=] { std::memset(dst, byte, bytes); });
 }

@@ -1,5 +1,6 @@
 #include "tessera/nn/io/checkpoint_writer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -28,10 +29,17 @@ StateDict snapshot(const StateDict& dict, int64_t& bytes) {
   return out;
 }
 
-// A streamed snapshot reads the tensors where they are: host memory only.
-void check_streamable(const Tensor& t, const std::string& name) {
-  TESSERA_CHECK(t.device().is_cpu(), "CheckpointWriter: a streamed snapshot reads host memory, ",
-                "but '", name, "' is on ", t.device().to_string(), " (use a copy)");
+// A streamed snapshot reads the tensors where they are: host memory, or a device's through
+// chunked reads. Returns the host bytes it holds for them: the chunk buffer, if it reads one.
+int64_t check_streamable(const Tensor& t, const std::string& name, const ChunkedReads* chunked) {
+  if (t.device().is_cpu()) return 0;
+  TESSERA_CHECK(chunked != nullptr, "CheckpointWriter: a streamed snapshot reads host memory, ",
+                "but '", name, "' is on ", t.device().to_string(),
+                " (use a copy, or set_chunked_reads)");
+  TESSERA_CHECK(t.is_contiguous(), "CheckpointWriter: a streamed snapshot reads device tensors ",
+                "in chunks of contiguous bytes, but '", name, "' is ", t.describe(),
+                " with strides ", t.strides().to_string());
+  return int64_t(chunked->buffer.nbytes());
 }
 
 }  // namespace
@@ -111,8 +119,10 @@ std::string CheckpointWriter::save_shard(ShardJob job, Snapshot snapshot,
   wait();
   int64_t bytes = snapshot == Snapshot::staged ? staged_bytes : 0;
   for (ShardPiece& p : job.pieces) {
-    if (snapshot != Snapshot::copy) {
-      check_streamable(p.data, p.name);
+    if (snapshot == Snapshot::stream) {
+      bytes = std::max(bytes, check_streamable(p.data, p.name, chunked_.get()));
+    } else if (snapshot == Snapshot::staged) {
+      check_streamable(p.data, p.name, nullptr);
     } else {
       p.data = host_copy(p.data);
       bytes += int64_t(p.data.nbytes());
@@ -120,6 +130,7 @@ std::string CheckpointWriter::save_shard(ShardJob job, Snapshot snapshot,
   }
   const std::string dir = checkpoint_path(job.run_dir, job.step);
   const int64_t step = job.step;
+  if (snapshot == Snapshot::stream) job.chunked = chunked_;
   auto shared = std::make_shared<ShardJob>(std::move(job));
   submit(
       step,
@@ -137,19 +148,33 @@ std::string CheckpointWriter::save_local(const std::string& rank_dir, int64_t st
                                          std::function<void()> land, int64_t staged_bytes) {
   wait();
   int64_t bytes = snapshot == Snapshot::staged ? staged_bytes : 0;
-  if (snapshot != Snapshot::copy) {
-    for (const auto& [name, t] : tensors) check_streamable(t, name);
+  std::shared_ptr<const ChunkedReads> chunked;
+  if (snapshot == Snapshot::stream) {
+    chunked = chunked_;
+    for (const auto& [name, t] : tensors)
+      bytes = std::max(bytes, check_streamable(t, name, chunked.get()));
+  } else if (snapshot == Snapshot::staged) {
+    for (const auto& [name, t] : tensors) check_streamable(t, name, nullptr);
   } else {
     tensors = nn::snapshot(tensors, bytes);
   }
   auto shared = std::make_shared<StateDict>(std::move(tensors));
   submit(
       step,
-      [rank_dir, step, shared, fingerprint, state](const std::function<void()>& release) {
-        save_local_checkpoint(rank_dir, step, *shared, fingerprint, state, release);
+      [rank_dir, step, shared, fingerprint, state,
+       chunked](const std::function<void()>& release) {
+        save_local_checkpoint(rank_dir, step, *shared, fingerprint, state, release,
+                              chunked.get());
       },
       bytes, snapshot, std::move(land));
   return (std::filesystem::path(rank_dir) / checkpoint_name(step)).string();
+}
+
+void CheckpointWriter::set_chunked_reads(std::shared_ptr<const ChunkedReads> chunked) {
+  TESSERA_CHECK(!chunked || (chunked->buffer.defined() && chunked->buffer.device().is_cpu() &&
+                             chunked->buffer.nbytes() > 0 && chunked->read),
+                "CheckpointWriter::set_chunked_reads: a host buffer and a read function, please");
+  chunked_ = std::move(chunked);
 }
 
 double CheckpointWriter::wait_for_snapshot() {

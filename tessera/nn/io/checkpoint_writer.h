@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -48,10 +49,12 @@ class CheckpointWriter {
   //   copy    the pieces are copied into host memory the writer owns before this returns
   //           (extra memory: the rank's whole share; device tensors block the loop while
   //           they are copied);
-  //   stream  the pieces stay views of the live state (host memory only) and the thread
-  //           writes them straight into the file: no extra memory, but the state must not
-  //           change until wait_for_snapshot() returns (the trainer calls it before the next
-  //           optimizer update, so the write overlaps the next forward and backward);
+  //   stream  the pieces stay views of the live state and the thread writes them straight
+  //           into the file: no extra memory for host tensors, one chunk for device ones
+  //           (read through set_chunked_reads', which the device must have settled for:
+  //           nothing queued may still write them), but the state must not change until
+  //           wait_for_snapshot() returns (the trainer calls it before the next optimizer
+  //           update, so the write overlaps the next forward and backward);
   //   staged  the pieces are host buffers that asynchronous copies (a GPU's state, downloaded
   //           on a side stream into page-locked memory) are still filling: `land` blocks
   //           until they have, and the thread writes only after it returned. land runs once,
@@ -66,6 +69,9 @@ class CheckpointWriter {
                          const nlohmann::json& fingerprint, const nlohmann::json& state,
                          Snapshot snapshot, std::function<void()> land = {},
                          int64_t staged_bytes = 0);
+  // How streamed snapshots read device tensors, one chunk of host memory at a time (without
+  // it a streamed snapshot refuses them). Takes effect from the next save.
+  void set_chunked_reads(std::shared_ptr<const ChunkedReads> chunked);
   // Blocks until a streamed snapshot's bytes are written (not yet fsynced), or a staged one
   // has landed; returns the seconds it waited. Immediate for a copy, or with nothing in flight.
   double wait_for_snapshot();
@@ -73,7 +79,8 @@ class CheckpointWriter {
   void wait();
   // The bytes of the snapshot in flight (0 when idle): the extra memory a save holds.
   int64_t pending_bytes() const;
-  // The bytes the latest save's snapshot copied (0 for a streamed one).
+  // The bytes the latest save's snapshot copied or staged: 0 for a streamed one of host
+  // tensors, the chunk buffer's for one that read device tensors.
   int64_t last_snapshot_bytes() const;
 
  private:
@@ -93,6 +100,7 @@ class CheckpointWriter {
   bool reading_ = false;  // a streamed snapshot still reads the live state
   bool landed_ = true;    // a staged snapshot's copies have landed (or there is none)
   std::function<void()> land_;
+  std::shared_ptr<const ChunkedReads> chunked_;  // read on the caller's thread only
   std::exception_ptr land_failure_;
   int64_t step_ = 0;
   Task task_;

@@ -85,7 +85,8 @@ std::string local_rank_dir(const std::string& local_dir, int rank) {
 
 std::string save_local_checkpoint(const std::string& rank_dir, int64_t step,
                                   const StateDict& tensors, const json& fingerprint,
-                                  const json& state, const std::function<void()>& on_data_written) {
+                                  const json& state, const std::function<void()>& on_data_written,
+                                  const ChunkedReads* chunked) {
   check_finite(state, "state");
   const fs::path dir = fs::path(rank_dir) / checkpoint_name(step);
   std::error_code ec;
@@ -94,7 +95,7 @@ std::string save_local_checkpoint(const std::string& rank_dir, int64_t step,
   TESSERA_CHECK(!ec, "local checkpoint: cannot create ", dir.string(), ": ", ec.message());
   const fs::path tp = dir / kTensors;
   uint64_t sum = 0;
-  write_safetensors(tp.string(), tensors, {}, on_data_written, &sum);
+  write_safetensors(tp.string(), tensors, {}, on_data_written, &sum, chunked);
   const json meta = {{"format", kFormat},
                      {"version", 1},
                      {"step", step},

@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/nn/io/safetensors.h"
 #include "tessera/nn/module.h"
 
 namespace tessera::nn {
@@ -39,11 +40,12 @@ std::string local_rank_dir(const std::string& local_dir, int rank);
 // Writes step's set into rank_dir (atomically: the tensors, fsynced, then meta.json), then
 // deletes the rank's sets other than this one and the newest older one: two are kept, so that
 // after a kill that cut one rank's newest write short the ranks still share a step.
-// on_data_written as write_safetensors's. Returns the directory.
+// on_data_written and chunked as write_safetensors's. Returns the directory.
 std::string save_local_checkpoint(const std::string& rank_dir, int64_t step,
                                   const StateDict& tensors, const nlohmann::json& fingerprint,
                                   const nlohmann::json& state,
-                                  const std::function<void()>& on_data_written = nullptr);
+                                  const std::function<void()>& on_data_written = nullptr,
+                                  const ChunkedReads* chunked = nullptr);
 
 // The steps of the sets in rank_dir that validate (meta.json parses, its fingerprint equals
 // this one, the tensor file's size and checksum match), newest first; *why gets one line on

@@ -265,15 +265,24 @@ SafetensorsFile read_safetensors(const std::string& path) {
 
 void write_safetensors(const std::string& path, const StateDict& tensors,
                        const SafetensorsMetadata& metadata,
-                       const std::function<void()>& on_data_written, uint64_t* checksum) {
+                       const std::function<void()>& on_data_written, uint64_t* checksum,
+                       const ChunkedReads* chunked) {
   const std::string where = "write_safetensors " + path;
+  const size_t chunk = chunked != nullptr ? chunked->buffer.nbytes() : 0;
+  TESSERA_CHECK(chunked == nullptr || (chunk > 0 && chunked->buffer.device().is_cpu() &&
+                                       chunked->buffer.is_contiguous() && chunked->read),
+                where, ": chunked reads need a contiguous host buffer and a read function");
   std::set<std::string> names;
+  // What each tensor's bytes are written from: the host (a copy when not already there), or
+  // the device in chunks (a view of the caller's tensor).
   std::vector<Tensor> host;
   for (const auto& [name, t] : tensors) {
     TESSERA_CHECK(name != "__metadata__", where, ": '__metadata__' is reserved, not a tensor name");
     TESSERA_CHECK(names.insert(name).second, where, ": tensor '", name, "' appears twice");
     TESSERA_CHECK(t.defined(), where, ": tensor '", name, "' is undefined");
-    host.push_back(ops::contiguous(ops::to(t, Device::cpu())));
+    host.push_back(chunked != nullptr && !t.device().is_cpu() && t.is_contiguous()
+                       ? t
+                       : ops::contiguous(ops::to(t, Device::cpu())));
   }
 
   // Widest elements first: with an 8-aligned data region, every offset is then a multiple of
@@ -323,8 +332,19 @@ void write_safetensors(const std::string& path, const StateDict& tensors,
   const uint64_t n = text.size();
   emit(&n, sizeof n);
   emit(text.data(), text.size());
-  for (size_t i : order)
-    if (host[i].nbytes() > 0) emit(host[i].data_ptr(), host[i].nbytes());
+  for (size_t i : order) {
+    const Tensor& t = host[i];
+    if (t.device().is_cpu()) {
+      if (t.nbytes() > 0) emit(t.data_ptr(), t.nbytes());
+      continue;
+    }
+    void* buffer = chunked->buffer.data_ptr();
+    for (size_t at = 0; at < t.nbytes(); at += chunk) {
+      const size_t len = std::min(chunk, t.nbytes() - at);
+      chunked->read(buffer, t, at, len);
+      emit(buffer, len);
+    }
+  }
   host.clear();
   if (checksum != nullptr) *checksum = sum.digest();
   if (on_data_written) on_data_written();

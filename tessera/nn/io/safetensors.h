@@ -61,6 +61,16 @@ SafetensorsHeader read_safetensors_header(const std::string& path);
 // Reads the whole file into fresh CPU tensors.
 SafetensorsFile read_safetensors(const std::string& path);
 
+// How a writer reads tensors that are not in host memory (a GPU's) without copying any of them
+// whole: read(dst, src, offset, bytes) copies bytes [offset, offset + bytes) of contiguous
+// tensor src's data into host memory at dst. The writer asks for at most buffer.nbytes() at a
+// time, always into `buffer` (host memory the reader chose: page-locked for a GPU), so a save
+// holds one chunk of host memory beyond the state, never a tensor.
+struct ChunkedReads {
+  Tensor buffer;
+  std::function<void(void* dst, const Tensor& src, size_t offset, size_t bytes)> read;
+};
+
 // Writes tensors (any device, any layout) atomically. The header lists tensors in the given
 // order; the data region holds them by element size, widest first, after a header padded with
 // spaces to a multiple of 8 bytes, so every tensor starts at a multiple of its element size
@@ -69,10 +79,12 @@ SafetensorsFile read_safetensors(const std::string& path);
 // file and before it is fsynced and renamed into place: from then on the tensors may change
 // (a checkpoint streamed from live state releases the training loop there). checksum, when
 // given, receives the file's checksum (file_checksum's, detail/checksum.h), taken over the
-// bytes as they are written, so that a checkpoint need not read the file back.
+// bytes as they are written, so that a checkpoint need not read the file back. chunked, when
+// given, reads every contiguous tensor that is not on the CPU chunk by chunk (others are
+// copied to the host whole, as without it).
 void write_safetensors(const std::string& path, const StateDict& tensors,
                        const SafetensorsMetadata& metadata = {},
                        const std::function<void()>& on_data_written = nullptr,
-                       uint64_t* checksum = nullptr);
+                       uint64_t* checksum = nullptr, const ChunkedReads* chunked = nullptr);
 
 }  // namespace tessera::nn

@@ -302,7 +302,7 @@ std::string write_shard(const ShardJob& job) {
   }
   const fs::path file = dir / (shard_stem(job.rank) + ".safetensors");
   uint64_t sum = 0;
-  write_safetensors(file.string(), tensors, {}, job.on_data_written, &sum);
+  write_safetensors(file.string(), tensors, {}, job.on_data_written, &sum, job.chunked.get());
   tensors.clear();
   if (job.rank == 0) pause_for_fault_test();  // rank 0 alone, as when it alone wrote
   write_json_file(dir / (shard_stem(job.rank) + ".json"), shard_index(job, file, sum),

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@
 #include "tessera/core/shape.h"
 #include "tessera/core/tensor.h"
 #include "tessera/nn/io/checkpoint.h"
+#include "tessera/nn/io/safetensors.h"
 
 namespace tessera::nn {
 
@@ -97,6 +99,8 @@ struct ShardJob {
   // Called once the pieces' bytes are in the shard file (before its fsync): a writer that
   // streams from live state lets the training loop change it from then on.
   std::function<void()> on_data_written;
+  // How pieces on a device are read, chunk by chunk (write_safetensors's); null: copied whole.
+  std::shared_ptr<const ChunkedReads> chunked;
 };
 
 // A save's nonce as the files carry it (16 hex digits).
