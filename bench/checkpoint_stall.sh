@@ -18,11 +18,12 @@
 # snapshot copies on rank 0 beyond the state.
 # Not part of CI (about 10 minutes on 2 cores).
 # Usage: bench/checkpoint_stall.sh [steps] [reps]     (defaults 6 and 2; MODES="sharded copy,..."
-# runs some of the modes)
+# runs some of the modes; DP=1 runs one rank, which leaves the writer thread a core of its own
+# on a 2-core machine, as a GPU node's idle cores would)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${TESSERA_BIN:-$PWD/build/tools/tessera}
-steps=${1:-6} reps=${2:-2}
+steps=${1:-6} reps=${2:-2} dp=${DP:-2}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
@@ -36,8 +37,8 @@ wall() {  # wall <checkpoint-every> <flags...>: seconds of one run
   rm -rf "$work/run"
   local t0 t1
   t0=$(date +%s%N)
-  mpiexec -n 2 "$BIN" train --train-data "$work/corpus/data/data_train_*.bin" --model "$model" \
-    --batch-size 2 --seq-len 64 --threads 1 --dp 2 --max-steps "$steps" --checkpoint-every "$every" \
+  mpiexec -n "$dp" "$BIN" train --train-data "$work/corpus/data/data_train_*.bin" --model "$model" \
+    --batch-size 2 --seq-len 64 --threads 1 --dp "$dp" --max-steps "$steps" --checkpoint-every "$every" \
     --keep-checkpoints 2 --sample-tokens 0 --run-dir "$work/run" "$@" >/dev/null
   t1=$(date +%s%N)
   awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'
@@ -60,8 +61,8 @@ for mode in "${modes[@]}"; do
   case $mode in
     "gathered sync") flags=(--checkpoint-format gathered --sync-save) ;;
     "gathered bg") flags=(--checkpoint-format gathered) ;;
-    "sharded copy") flags=(--checkpoint-snapshot copy) ;;
-    "sharded stream") flags=(--checkpoint-snapshot stream) ;;
+    "sharded copy") flags=(--checkpoint-format sharded --checkpoint-snapshot copy) ;;
+    "sharded stream") flags=(--checkpoint-format sharded --checkpoint-snapshot stream) ;;
   esac
   t_end=$(fastest "$steps" "${flags[@]}")
   step_ms=$(field metrics.jsonl ms | median)  # steps with no save near them
