@@ -1,7 +1,7 @@
 #include "tessera/train/detail/snapshot_staging.h"
 
-#include "tessera/core/error.h"
 #include "tessera/core/backend.h"
+#include "tessera/core/error.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/cuda/stream_order.h"
 
@@ -46,8 +46,8 @@ void SnapshotStaging::settle() {
 }
 
 std::shared_ptr<nn::ChunkedReads> SnapshotStaging::chunked_reads(int64_t chunk_bytes) const {
-  TESSERA_CHECK(chunk_bytes > 0, "SnapshotStaging: the chunk must be positive, got ",
-                chunk_bytes, " bytes");
+  TESSERA_CHECK(chunk_bytes > 0, "SnapshotStaging: the chunk must be positive, got ", chunk_bytes,
+                " bytes");
   const Device device = transfers_.device();
   TESSERA_CHECK(device.is_cuda(), "SnapshotStaging: chunked reads read a GPU's memory, but the ",
                 "state is on ", device);
@@ -55,8 +55,7 @@ std::shared_ptr<nn::ChunkedReads> SnapshotStaging::chunked_reads(int64_t chunk_b
   auto reads = std::make_shared<nn::ChunkedReads>();
   reads->buffer = transfers_.host_empty((chunk_bytes + 7) / 8, DType::i64);
   reads->read = [&order](void* dst, const Tensor& src, size_t offset, size_t bytes) {
-    order.read_now(dst, static_cast<const char*>(src.data_ptr("checkpoint read")) + offset,
-                   bytes);
+    order.read_now(dst, static_cast<const char*>(src.data_ptr("checkpoint read")) + offset, bytes);
   };
   return reads;
 }

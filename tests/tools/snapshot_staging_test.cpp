@@ -78,7 +78,8 @@ TEST(SnapshotStaging, AStreamReadsTheSettledStateThroughOneChunk) {
   nn::CheckpointWriter writer;
   writer.set_chunked_reads(counted);
   staging.settle();  // what the trainer does at a streamed save of GPU state
-  writer.save_local((dir / "rank"), 7, s.live, kFingerprint, nlohmann::json::object(), Snapshot::stream);
+  writer.save_local((dir / "rank"), 7, s.live, kFingerprint, nlohmann::json::object(),
+                    Snapshot::stream);
   EXPECT_EQ(writer.pending_bytes(), 1000) << "a streamed save holds one chunk of host memory";
   writer.wait_for_snapshot();
   for (auto& [name, t] : s.live) ops::fill_(t, -1.0);  // the next update, allowed from here
@@ -105,8 +106,9 @@ TEST(SnapshotStaging, StagedDownloadsLandBeforeTheWrite) {
   EXPECT_EQ(staging.stage(tensors), 4000 + 370);
   for (const auto& [name, t] : views) EXPECT_TRUE(t.device().is_cpu()) << name;
   nn::CheckpointWriter writer;
-  writer.save_local(dir / "rank", 3, views, kFingerprint, nlohmann::json::object(), Snapshot::staged,
-                    [&] { staging.land(); }, 4000 + 370);
+  writer.save_local(
+      dir / "rank", 3, views, kFingerprint, nlohmann::json::object(), Snapshot::staged,
+      [&] { staging.land(); }, 4000 + 370);
   writer.wait_for_snapshot();
   for (auto& [name, t] : s.live) ops::fill_(t, -1.0);
   writer.wait();
@@ -123,11 +125,13 @@ TEST(SnapshotStaging, ChunkedReadsAreForAGpuAndAStreamOfDeviceStateNeedsThem) {
   nn::CheckpointWriter writer;
   const nn::StateDict on_device = {{"master", ops::to(ones({4}), Device::cuda())}};
   try {
-    writer.save_local(dir / "rank", 1, on_device, kFingerprint, nlohmann::json::object(), Snapshot::stream);
+    writer.save_local(dir / "rank", 1, on_device, kFingerprint, nlohmann::json::object(),
+                      Snapshot::stream);
     FAIL() << "a stream of device state without chunked reads was taken";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'master' is on cuda:0 (use a copy, or set_chunked_reads)"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("'master' is on cuda:0 (use a copy, or set_chunked_reads)"),
+        std::string::npos)
         << e.what();
   }
 }

@@ -105,8 +105,7 @@ void memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind, cudaS
 
 void memcpy_to_host_now(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  TESSERA_CUDA_CHECK(
-      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cudaStreamPerThread));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cudaStreamPerThread));
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
 }
 

@@ -161,10 +161,8 @@ std::string CheckpointWriter::save_local(const std::string& rank_dir, int64_t st
   auto shared = std::make_shared<StateDict>(std::move(tensors));
   submit(
       step,
-      [rank_dir, step, shared, fingerprint, state,
-       chunked](const std::function<void()>& release) {
-        save_local_checkpoint(rank_dir, step, *shared, fingerprint, state, release,
-                              chunked.get());
+      [rank_dir, step, shared, fingerprint, state, chunked](const std::function<void()>& release) {
+        save_local_checkpoint(rank_dir, step, *shared, fingerprint, state, release, chunked.get());
       },
       bytes, snapshot, std::move(land));
   return (std::filesystem::path(rank_dir) / checkpoint_name(step)).string();
