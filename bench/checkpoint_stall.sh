@@ -6,30 +6,43 @@
 #   gathered bg       rank 0 gathers, copies, and writes in the background
 #   sharded copy      every rank copies its half and writes it in the background
 #   sharded stream    every rank writes its half straight from the live state in the
-#                     background; the next update waits for the bytes (the default)
+#                     background; the next update waits for the bytes (the CPU's default)
+#   sharded staged    a GPU's half downloads on a side stream into page-locked memory while
+#                     the loop goes on (the GPU's default; DEVICE=cuda only)
 #
-# Each mode runs STEPS steps with a checkpoint every step and with one at the end only, REPS
-# times each; "wall" is the difference of the fastest wall times over the STEPS - 1 extra saves
+# Each mode runs STEPS steps with a checkpoint every EVERY steps and with one at the end only,
+# REPS times each; "wall" is the difference of the fastest wall times over the extra saves
 # (the stall plus whatever the background writes cost the loop on shared cores). "direct" is
 # what rank 0's loop measured: the time inside save() (checkpoints.jsonl stall_ms) plus the
-# wait of the next update for a streamed snapshot (metrics.jsonl snapshot_wait_ms), the median
-# over the saves. "step" is the median step of the run without saves; the shares amortise the
-# direct stall and the wall cost over a 10-step interval of such steps; "extra" is what the
-# snapshot copies on rank 0 beyond the state.
+# wait of the next update for a streamed or staged snapshot (metrics.jsonl snapshot_wait_ms),
+# the median over the saves before the last. "step" is the median step of the run without
+# saves; the shares amortise the direct stall and the wall cost over an interval of EVERY
+# such steps (10 when EVERY is 1), stall / (interval x step + stall); "extra" is the host
+# memory the snapshot held on rank 0 beyond the state.
 # Not part of CI (about 10 minutes on 2 cores).
-# Usage: bench/checkpoint_stall.sh [steps] [reps]     (defaults 6 and 2; MODES="sharded copy,..."
-# runs some of the modes; DP=1 runs one rank, which leaves the writer thread a core of its own
-# on a 2-core machine, as a GPU node's idle cores would)
+# Usage: bench/checkpoint_stall.sh [steps] [reps]     (defaults 6 and 2)
+#   MODES="sharded copy,..."  some of the modes
+#   DP=1                      one rank: on a 2-core machine the writer thread gets a core of its
+#                             own, as on a GPU node whose cores idle while the GPUs compute
+#   EVERY=10                  the save interval (default 1: a save after every step, which also
+#                             waits for the write before it); the issue's figure is
+#                             EVERY=10 with 21 steps
+#   DEVICE=cuda PRECISION=bf16  on a GPU machine (ranks share the visible GPUs by local rank):
+#                             DEVICE=cuda DP=1 EVERY=10 MODES="sharded staged,sharded stream,sharded copy"
+#                             bench/checkpoint_stall.sh 21 2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${TESSERA_BIN:-$PWD/build/tools/tessera}
-steps=${1:-6} reps=${2:-2} dp=${DP:-2}
+steps=${1:-6} reps=${2:-2} dp=${DP:-2} every=${EVERY:-1}
+device=${DEVICE:-cpu} precision=${PRECISION:-fp32}
+interval=$every
+[ "$every" = 1 ] && interval=10
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
 source tests/tools/tiny_corpus.sh
 tiny_corpus "$BIN" "$work/corpus"
-model='{"n_layer": 8, "n_head": 12, "n_kv_head": 12, "n_embd": 768, "block_size": 64}'
+model=${MODEL:-'{"n_layer": 8, "n_head": 12, "n_kv_head": 12, "n_embd": 768, "block_size": 64}'}
 
 wall() {  # wall <checkpoint-every> <flags...>: seconds of one run
   local every=$1
@@ -39,7 +52,8 @@ wall() {  # wall <checkpoint-every> <flags...>: seconds of one run
   t0=$(date +%s%N)
   mpiexec -n "$dp" "$BIN" train --train-data "$work/corpus/data/data_train_*.bin" --model "$model" \
     --batch-size 2 --seq-len 64 --threads 1 --dp "$dp" --max-steps "$steps" --checkpoint-every "$every" \
-    --keep-checkpoints 2 --sample-tokens 0 --run-dir "$work/run" "$@" >/dev/null
+    --keep-checkpoints 2 --sample-tokens 0 --device "$device" --precision "$precision" \
+    --run-dir "$work/run" "$@" >/dev/null
   t1=$(date +%s%N)
   awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'
 }
@@ -54,8 +68,9 @@ fastest() {  # fastest <checkpoint-every> <flags...>
 median() { sort -g | awk '{a[NR]=$1} END {print (NR ? a[int((NR+1)/2)] : 0)}'; }
 field() { grep -o "\"$2\":[^,}]*" "$work/run/$1" | cut -d: -f2; }
 
+echo "device $device ($precision), dp $dp, $steps steps, a save every $every step(s) against one at the end, fastest of $reps"
 printf '%-16s %8s %8s %10s %11s %9s %12s %12s %12s\n' mode "end (s)" "every" "wall/save" \
-  "direct (ms)" "step (ms)" "direct@10" "wall@10" "extra (MB)"
+  "direct (ms)" "step (ms)" "direct@$interval" "wall@$interval" "extra (MB)"
 IFS=, read -r -a modes <<<"${MODES:-gathered sync,gathered bg,sharded copy,sharded stream}"
 for mode in "${modes[@]}"; do
   case $mode in
@@ -63,24 +78,29 @@ for mode in "${modes[@]}"; do
     "gathered bg") flags=(--checkpoint-format gathered) ;;
     "sharded copy") flags=(--checkpoint-format sharded --checkpoint-snapshot copy) ;;
     "sharded stream") flags=(--checkpoint-format sharded --checkpoint-snapshot stream) ;;
+    "sharded staged") flags=(--checkpoint-format sharded --checkpoint-snapshot staged) ;;
+    *) echo "checkpoint_stall: unknown mode '$mode'" >&2; exit 2 ;;
   esac
   t_end=$(fastest "$steps" "${flags[@]}")
   step_ms=$(field metrics.jsonl ms | median)  # steps with no save near them
-  t_every=$(fastest 1 "${flags[@]}")
-  # The stall of each save after the first (the first has no earlier write to wait for; the
-  # last is followed by no update), plus the next step's wait for a streamed snapshot.
-  stall_ms=$(python3 - "$work/run" "$steps" <<'PY'
+  t_every=$(fastest "$every" "${flags[@]}")
+  # The stall of each save but the last (followed by no update), plus the next step's wait for
+  # its snapshot; with a save every step, also leaving out the first (no earlier write to wait
+  # for, unlike the others).
+  stall_ms=$(python3 - "$work/run" "$every" <<'PY'
 import json, statistics, sys
-run, steps = sys.argv[1], int(sys.argv[2])
+run, every = sys.argv[1], int(sys.argv[2])
 saves = {r["step"]: r["stall_ms"] for r in map(json.loads, open(run + "/checkpoints.jsonl"))}
 waits = {r["step"]: r.get("snapshot_wait_ms", 0) for r in map(json.loads, open(run + "/metrics.jsonl"))}
-print(statistics.median(saves[s] + waits.get(s + 1, 0) for s in range(2, steps)))
+steps = sorted(saves)[1 if every == 1 else 0:-1]
+print(statistics.median(saves[s] + waits.get(s + 1, 0) for s in steps))
 PY
 )
   extra=$(field checkpoints.jsonl snapshot_bytes | tail -1)
-  wall_save=$(awk -v e="$t_every" -v n="$t_end" -v s="$steps" 'BEGIN { printf "%.3f", (e - n) / (s - 1) }')
-  share=$(awk -v x="$stall_ms" -v m="$step_ms" 'BEGIN { printf "%.1f%%", 100 * x / (10 * m + x) }')
-  share_wall=$(awk -v x="$wall_save" -v m="$step_ms" 'BEGIN { printf "%.1f%%", 100 * x / (0.01 * m + x) }')
+  extra_saves=$(((steps - 1) / every))  # the saves beyond the final one, which both runs make
+  wall_save=$(awk -v e="$t_every" -v n="$t_end" -v k="$extra_saves" 'BEGIN { printf "%.3f", (e - n) / k }')
+  share=$(awk -v x="$stall_ms" -v m="$step_ms" -v i="$interval" 'BEGIN { printf "%.1f%%", 100 * x / (i * m + x) }')
+  share_wall=$(awk -v x="$wall_save" -v m="$step_ms" -v i="$interval" 'BEGIN { printf "%.1f%%", 100 * x / (i * m / 1000 + x) }')
   printf '%-16s %8s %8s %10s %11.1f %9.0f %12s %12s %12.0f\n' "$mode" "$t_end" "$t_every" "$wall_save" \
     "$stall_ms" "$step_ms" "$share" "$share_wall" "$(awk -v b="$extra" 'BEGIN { print b / 1e6 }')"
 done

@@ -619,11 +619,16 @@ int64_t Trainer::stage_snapshot(nn::CheckpointWriter::Snapshot snapshot,
   if (snapshot == Snapshot::staged) return staging_->stage(tensors);
   // A stream of GPU state: the writer reads it from its own thread through one chunk, once
   // the device has run what still writes it (the last update; and the state's pieces, which
-  // the engine may have queued as copies).
-  if (!chunked_reads_set_) {
-    writer_->set_chunked_reads(
-        staging_->chunked_reads(int64_t(options_.checkpoint_chunk_mb * 1048576.0)));
-    chunked_reads_set_ = true;
+  // the engine may have queued as copies). The chunk is no larger than the largest tensor
+  // read through it; a later save with a larger one (the node-local tier's whole tensors)
+  // grows it, up to --checkpoint-chunk-mb.
+  int64_t largest = 0;
+  for (const Tensor* t : tensors)
+    if (!t->device().is_cpu()) largest = std::max(largest, int64_t(t->nbytes()));
+  const int64_t chunk = std::min(int64_t(options_.checkpoint_chunk_mb * 1048576.0), largest);
+  if (chunk > chunk_bytes_) {
+    writer_->set_chunked_reads(staging_->chunked_reads(chunk));
+    chunk_bytes_ = chunk;
   }
   staging_->settle();
   return 0;

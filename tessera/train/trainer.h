@@ -220,7 +220,7 @@ class Trainer {
   std::unique_ptr<nn::CheckpointWriter> writer_;  // background saves
   std::unique_ptr<SnapshotStaging> staging_;      // GPU snapshots, page-locked
   bool update_fence_set_ = false;  // the engine waits for a streamed snapshot before updates
-  bool chunked_reads_set_ = false;  // the writer reads GPU state through staging_'s chunk
+  int64_t chunk_bytes_ = 0;  // the chunk the writer reads GPU state through (0: none yet)
   double snapshot_wait_s_ = 0;     // this step's wait
   bool live_progress_ = false;
   std::string local_note_;  // the banner's line on the node-local tier at resume

@@ -138,7 +138,8 @@ const std::map<std::string, std::string>& flag_help() {
        "or auto (stream on the CPU, staged on a GPU)"},
       {"checkpoint_chunk_mb",
        "with --checkpoint-snapshot stream on a GPU: the page-locked chunk (MiB) the writer "
-       "reads the state through, the host memory a save holds (default 64)"},
+       "reads the state through, the host memory a save holds beyond the state (default 64; "
+       "never more than the largest tensor)"},
       {"checkpoint_every_local",
        "the node-local tier: every N steps each rank writes its own state to --local-dir, "
        "keeping the newest; a restart on the same layout and hosts resumes from it (0: off)"},
