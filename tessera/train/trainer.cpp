@@ -808,8 +808,9 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       beat("saved");
       m.checkpoint_ms = stall * 1e3;
-      // What the loop spent in the save on rank 0, and what the snapshot copied beyond the
-      // state (nothing streamed; a gathered save in the loop uses no writer).
+      // What the loop spent in the save on rank 0, and the host memory its snapshot held beyond
+      // the state (a copy or a staging: the part; a stream: nothing, or a GPU's chunk; a
+      // gathered save in the loop uses no writer).
       const bool gathered = durable && !sharded_checkpoints();
       using Snapshot = nn::CheckpointWriter::Snapshot;
       const Snapshot mode = gathered ? Snapshot::copy : snapshot_mode();

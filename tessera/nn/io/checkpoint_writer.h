@@ -51,7 +51,7 @@ class CheckpointWriter {
   //           they are copied);
   //   stream  the pieces stay views of the live state and the thread writes them straight
   //           into the file: no extra memory for host tensors, one chunk for device ones
-  //           (read through set_chunked_reads', which the device must have settled for:
+  //           (read through set_chunked_reads(), after the device has settled:
   //           nothing queued may still write them), but the state must not change until
   //           wait_for_snapshot() returns (the trainer calls it before the next optimizer
   //           update, so the write overlaps the next forward and backward);
