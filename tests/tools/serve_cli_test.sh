@@ -41,11 +41,14 @@ done
 echo "}" >>refs.json
 
 # start_server LOG ARGS...: starts `tessera serve` on a free port, waits for it to be ready
-# and sets $port and $pid.
+# and sets $port and $pid. The log is emptied here, in the foreground, and appended to by the
+# server: a `2>"$log"` in the background job truncates it whenever that job gets to run, which
+# can be after this loop has read the last server's "serve: ready" (and port) from it.
 start_server() {
   local log=$1
   shift
-  $launch "$tessera" serve --port 0 --threads 1 "$@" 2>"$log" &
+  : >"$log"
+  $launch "$tessera" serve --port 0 --threads 1 "$@" 2>>"$log" &
   pid=$!
   for _ in $(seq 1 300); do
     grep -q "serve: ready" "$log" && break
