@@ -7,8 +7,9 @@
 #   sharded copy      every rank copies its half and writes it in the background
 #   sharded stream    every rank writes its half straight from the live state in the
 #                     background; the next update waits for the bytes (the CPU's default)
-#   sharded staged    a GPU's half downloads on a side stream into page-locked memory while
-#                     the loop goes on (the GPU's default; DEVICE=cuda only)
+#   sharded staged    a GPU's half downloads on a side stream into page-locked memory (the
+#                     GPU's default), a CPU's is copied by the writer thread, while the loop
+#                     goes on; the next update waits for that copy, not for the write
 #
 # Each mode runs STEPS steps with a checkpoint every EVERY steps and with one at the end only,
 # REPS times each; "wall" is the difference of the fastest wall times over the extra saves

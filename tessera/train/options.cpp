@@ -141,6 +141,12 @@ nn::LRSchedule TrainOptions::lr_schedule() const {
   return s;
 }
 
+int64_t TrainOptions::checkpoint_chunk_bytes() const {
+  // 64 MiB: large enough that a chunk's fixed costs (a blocking copy, a write call) vanish
+  // next to its bytes, small next to a GPU rank's state of gigabytes.
+  return checkpoint_chunk_mb > 0 ? int64_t(checkpoint_chunk_mb * 1048576.0) : int64_t(64) << 20;
+}
+
 std::pair<int64_t, int64_t> TrainOptions::trace_range() const {
   if (trace_steps.empty()) return {0, -1};
   std::smatch m;
@@ -202,18 +208,15 @@ void TrainOptions::validate() const {
                     checkpoint_snapshot == "stream" || checkpoint_snapshot == "staged",
                 "train: --checkpoint-snapshot must be auto, copy, stream or staged, got '",
                 checkpoint_snapshot, "'");
-  TESSERA_CHECK(checkpoint_chunk_mb > 0 && checkpoint_chunk_mb * 1048576.0 >= 8 &&
-                    checkpoint_chunk_mb <= 1048576,
-                "train: --checkpoint-chunk-mb must be between 8 bytes and 1 TiB, got ",
+  TESSERA_CHECK(checkpoint_chunk_mb == 0 || (checkpoint_chunk_mb * 1048576.0 >= 8 &&
+                                                checkpoint_chunk_mb <= 1048576),
+                "train: --checkpoint-chunk-mb must be between 8 bytes and 1 TiB (0: 64 MiB), got ",
                 checkpoint_chunk_mb);
-  TESSERA_CHECK(checkpoint_chunk_mb == TrainOptions().checkpoint_chunk_mb ||
+  TESSERA_CHECK(checkpoint_chunk_mb == 0 ||
                     (checkpoint_snapshot == "stream" && device != "cpu"),
                 "train: --checkpoint-chunk-mb sizes the chunk a streamed snapshot reads a GPU's ",
                 "state through; it needs --checkpoint-snapshot stream and a GPU device (",
                 "--checkpoint-snapshot is ", checkpoint_snapshot, ", --device ", device, ")");
-  TESSERA_CHECK(checkpoint_snapshot != "staged" || device != "cpu",
-                "train: --checkpoint-snapshot staged downloads a GPU's state on a side stream; ",
-                "--device is cpu (use stream, copy or auto)");
   TESSERA_CHECK(checkpoint_snapshot == "auto" || checkpoint_format != "gathered" ||
                     checkpoint_every_local > 0,
                 "train: --checkpoint-snapshot applies to sharded checkpoints and the node-local ",

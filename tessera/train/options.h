@@ -117,12 +117,16 @@ struct TrainOptions {
   std::string checkpoint_format = "auto";
   // How a sharded save snapshots the state (nn::CheckpointWriter::Snapshot): "copy", "stream"
   // (no copy: the write reads the live state, a GPU's through one page-locked chunk, and the
-  // next update waits for it), "staged" (a GPU's part downloaded into page-locked memory on a
-  // side stream) or "auto": stream on the CPU, staged on a GPU.
+  // next update waits for it), "staged" (the part downloaded into page-locked memory on a side
+  // stream from a GPU, or copied by the writer thread on the CPU, while the loop goes on; the
+  // next update waits for it) or "auto": stream on the CPU, staged on a GPU.
   std::string checkpoint_snapshot = "auto";
   // The chunk a streamed snapshot of GPU state reads through, in MiB: the host memory a save
-  // holds beyond the state. Only with --checkpoint-snapshot stream on a GPU.
-  double checkpoint_chunk_mb = 64;
+  // holds beyond the state. Only with --checkpoint-snapshot stream on a GPU; 0 (unset) means
+  // 64 MiB there, so that any size given where no chunk applies is refused.
+  double checkpoint_chunk_mb = 0;
+  // The chunk size in bytes that checkpoint_chunk_mb resolves to.
+  int64_t checkpoint_chunk_bytes() const;
   // The node-local tier (nn/io/local_checkpoint.h): every N steps each rank writes its own
   // state into local_dir (default: $TMPDIR or /tmp, then tessera-local/<hash of run_dir>),
   // keeping the newest; 0: off. A restart on the same layout and hosts resumes from it when it

@@ -434,7 +434,7 @@ std::string Trainer::save_local() {
   const int64_t staged = stage_snapshot(snapshot, tensors);
   return writer_->save_local(
       nn::local_rank_dir(local_dir(), world_->rank()), step_, std::move(live.tensors), fingerprint,
-      state, snapshot, [this] { staging_->land(); }, staged);
+      state, snapshot, snapshot_land(snapshot), staged);
 }
 
 void Trainer::load(const std::string& checkpoint_dir) {
@@ -603,8 +603,8 @@ nn::CheckpointWriter::Snapshot Trainer::begin_snapshot() {
   if (!writer_) writer_ = std::make_unique<nn::CheckpointWriter>();
   const Snapshot snapshot = snapshot_mode();
   if (snapshot != Snapshot::copy && !update_fence_set_) {
-    // A streamed write reads the live state, a staged one downloads it: the next update
-    // waits until the bytes are in the file, or in host memory.
+    // A streamed write reads the live state, a staged one downloads or copies it: the next
+    // update waits until the bytes are in the file, or in host memory.
     engine_->set_before_update([this] { snapshot_wait_s_ += writer_->wait_for_snapshot(); });
     update_fence_set_ = true;
   }
@@ -625,13 +625,18 @@ int64_t Trainer::stage_snapshot(nn::CheckpointWriter::Snapshot snapshot,
   int64_t largest = 0;
   for (const Tensor* t : tensors)
     if (!t->device().is_cpu()) largest = std::max(largest, int64_t(t->nbytes()));
-  const int64_t chunk = std::min(int64_t(options_.checkpoint_chunk_mb * 1048576.0), largest);
+  const int64_t chunk = std::min(options_.checkpoint_chunk_bytes(), largest);
   if (chunk > chunk_bytes_) {
     writer_->set_chunked_reads(staging_->chunked_reads(chunk));
     chunk_bytes_ = chunk;
   }
   staging_->settle();
   return 0;
+}
+
+std::function<void()> Trainer::snapshot_land(nn::CheckpointWriter::Snapshot snapshot) {
+  if (snapshot != nn::CheckpointWriter::Snapshot::staged || device_.is_cpu()) return {};
+  return [this] { staging_->land(); };
 }
 
 std::string Trainer::save_sharded(bool wait) {
@@ -669,7 +674,7 @@ std::string Trainer::save_sharded(bool wait) {
   for (nn::ShardPiece& p : job.pieces) tensors.push_back(&p.data);
   const int64_t staged = stage_snapshot(snapshot, tensors);
   const std::string dir = writer_->save_shard(
-      std::move(job), snapshot, [this] { staging_->land(); }, staged);
+      std::move(job), snapshot, snapshot_land(snapshot), staged);
   if (wait) {
     wait_for_save();
     world_->barrier(allow);  // rank 0 has published the set

@@ -185,6 +185,9 @@ class Trainer {
   // one of GPU state, settles the device and gives the writer its chunked reads; 0 otherwise.
   int64_t stage_snapshot(nn::CheckpointWriter::Snapshot snapshot,
                          const std::vector<Tensor*>& tensors);
+  // What lands a staged snapshot of GPU state (its downloads, on this thread); none for any
+  // other, so that a staged snapshot of host state is copied on the writer's thread.
+  std::function<void()> snapshot_land(nn::CheckpointWriter::Snapshot snapshot);
   // The node-local tier: this rank's own state into local_dir(); and, at start, every rank's
   // agreement (two all-reduces) on a local step newer than durable_step, loaded if they agree.
   std::string save_local();

@@ -119,6 +119,52 @@ TEST(CheckpointWriter, AStagedSnapshotIsWrittenOnlyOnceItHasLanded) {
     EXPECT_TRUE(same_tensor(got.model[i].second, want.model[i].second)) << want.model[i].first;
 }
 
+// A staged snapshot of host state (no land function): the writer thread copies the live
+// tensors into its own memory, and wait_for_snapshot() returns once it has. The test changes
+// the live piece's last element the moment it returns: a thread that released the state
+// before its copy, or wrote from the live state, reaches that element milliseconds later (a
+// 32 MB memcpy or write, against the microseconds of a wake-up) and writes the new value.
+TEST(CheckpointWriter, AStagedSnapshotOfHostStateIsCopiedByTheThreadBeforeTheLoopGoesOn) {
+  TempDir dir;
+  const int64_t n = int64_t(8) << 20;
+  Generator gen(3);
+  Tensor live = arange(0, double(n), 1, DType::f32);  // exact in f32: n < 2^24
+  Tensor small = randn({1000}, gen);
+  const Tensor want_live = ops::clone(live), want_small = ops::clone(small);
+  ShardJob job;
+  job.run_dir = dir.path();
+  job.step = 7;
+  job.nonce = checkpoint_nonce(7);
+  job.pieces = replicated_pieces({{"w", live}, {"b", small}}, false, 0, 1);
+  CheckpointWriter writer;
+  writer.save_shard(std::move(job), CheckpointWriter::Snapshot::staged);
+  EXPECT_EQ(writer.pending_bytes(), (n + 1000) * 4);  // the thread's copy: the whole share
+  writer.wait_for_snapshot();
+  live.data<float>()[n - 1] = -1.0f;  // the next update, from the end
+  ops::fill_(small, 2.0);
+  writer.wait();
+  EXPECT_EQ(writer.last_snapshot_bytes(), (n + 1000) * 4);
+  const CheckpointData got =
+      load_checkpoint((fs::path(checkpoints_dir(dir.path())) / checkpoint_name(7)).string());
+  ASSERT_EQ(got.model.size(), 2u);
+  for (const auto& [name, t] : got.model)
+    EXPECT_TRUE(same_tensor(t, name == "w" ? want_live : want_small)) << name;
+}
+
+// The thread copies with a plain memcpy: a strided host tensor is refused, naming it.
+TEST(CheckpointWriter, AStagedSnapshotOfHostStateMustBeContiguous) {
+  TempDir dir;
+  CheckpointWriter writer;
+  Generator gen(1);
+  Tensor t = ops::transpose(randn({4, 3}, gen), 0, 1);
+  try {
+    writer.save_local(dir.file("rank_0"), 1, {{"w", t}}, {}, {}, CheckpointWriter::Snapshot::staged);
+    FAIL() << "a strided tensor was accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(mentions(e.what(), {"copied by the writer thread", "'w'", "f32[3, 4]"})) << e.what();
+  }
+}
+
 // A staging whose copies fail is not written, and the failure is reported, naming the step.
 TEST(CheckpointWriter, AStagingThatFailsIsReportedAndNotWritten) {
   TempDir dir;

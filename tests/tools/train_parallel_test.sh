@@ -11,7 +11,8 @@
 #      ckpt convert turns the set into the single-process format and into 3 shards and back,
 #      byte for byte, and the converted run directory resumes under dp2 alike;
 #   4. bf16 dp2 x tp2 tracks one process in bf16 within a bf16 bound; fp16 dp2 shows its loss
-#      scale and resumes the scaler's state from its checkpoint;
+#      scale and resumes the scaler's state from its checkpoint; dp2's staged snapshots (the
+#      writer thread copies the state) write copy's bytes and resume bit-identical;
 #   5. a layout that does not fit prints one line "tessera train: ..." and every rank exits 2;
 #   6. `mpiexec -n 1` and a plain run print the same losses bit for bit (one engine), and a
 #      layout flag on one process is refused in one line;
@@ -208,6 +209,33 @@ grep -q "resuming from" "$dir/fp16_resumed.log" || fail "the fp16 run did not re
 tol=0 compare "fp16 dp2 resumed: loss scales" "$dir/fp16" "$dir/fp16_resumed" loss_scale
 compare "fp16 dp2 resumed: losses" "$dir/fp16" "$dir/fp16_resumed"
 
+# against_copy <what> <copy's run> <run> <train flags...>: dp2 runs 2 steps, then resumes to 4,
+# saving at both; its shards must be the bytes copy's run wrote, checkpoints.jsonl must log
+# both saves as $logged (a grep pattern), and the resumed losses must equal copy's bit for bit.
+against_copy() {
+  local what=$1 ref=$2 run=$3 f
+  shift 3
+  for steps in 2 4; do
+    "$mpiexec" "$np" 2 "$tessera" train "$@" --max-steps "$steps" --run-dir "$run" >"$run.log"
+  done
+  grep -q "resuming from" "$run.log" || fail "$what: the run did not resume"
+  for f in "$run"/checkpoints/step_0000000{2,4}/shard_0000{0,1}.safetensors; do
+    cmp -s "$f" "$ref/${f#"$run"/}" || fail "$what: the snapshot differs from the copy: $f"
+  done
+  [ "$(grep -c "$logged" "$run/checkpoints.jsonl")" = 2 ] ||
+    fail "$what: checkpoints.jsonl does not log two saves as $logged: $(cat "$run/checkpoints.jsonl")"
+  tol=0 compare "$what: snapshots and a resume, against copy" "$ref" "$run"
+}
+
+# Sharded checkpoints of CPU state, staged: the writer thread copies each rank's part while the
+# loop goes on, and the next update waits for that copy (the race it closes is
+# CheckpointWriter.AStagedSnapshotOfHostState...); the part is counted in checkpoints.jsonl.
+"$mpiexec" "$np" 2 "$tessera" train "${common[@]}" --dp 2 --max-steps 4 --checkpoint-snapshot copy \
+  --run-dir "$dir/cpu_copy" >/dev/null
+logged='"snapshot":"staged","snapshot_bytes":[1-9]' against_copy "CPU dp2, staged" \
+  "$dir/cpu_copy" "$dir/cpu_staged" "${common[@]}" --dp 2 --checkpoint-snapshot staged
+rm -rf "$dir/cpu_copy" "$dir/cpu_staged"
+
 # Simulated GPUs: every rank registers the simulated device, and CUDA tensors travel over the
 # NCCL communicator, here on the simulated NCCL (over MPI). Same flags as the bf16 case above.
 if [ "$nccl" = simulated ]; then
@@ -227,35 +255,15 @@ if [ "$nccl" = simulated ]; then
   sim=("${common[@]}" --device cuda-sim --dp 2)
   "$mpiexec" "$np" 2 "$tessera" train "${sim[@]}" --max-steps 4 --checkpoint-snapshot copy \
     --run-dir "$dir/sim_copy" >/dev/null
-  for steps in 2 4; do
-    TESSERA_SIM_STREAMS=deferred "$mpiexec" "$np" 2 "$tessera" train "${sim[@]}" \
-      --max-steps "$steps" --run-dir "$dir/sim_staged" >"$dir/sim_staged.log"
-  done
-  grep -q "resuming from" "$dir/sim_staged.log" || fail "the staged run did not resume"
-  for f in "$dir"/sim_staged/checkpoints/step_0000000{2,4}/shard_0000{0,1}.safetensors; do
-    cmp -s "$f" "${f/sim_staged/sim_copy}" || fail "the staged GPU snapshot differs from the copy: $f"
-  done
-  grep -q '"snapshot_bytes":[1-9]' "$dir/sim_staged/checkpoints.jsonl" ||
-    fail "checkpoints.jsonl does not count the staged bytes"
-  tol=0 compare "cuda-sim dp2, staged snapshots and a resume, against copy" "$dir/sim_copy" \
-    "$dir/sim_staged"
+  TESSERA_SIM_STREAMS=deferred logged='"snapshot":"staged","snapshot_bytes":[1-9]' \
+    against_copy "cuda-sim dp2, staged" "$dir/sim_copy" "$dir/sim_staged" "${sim[@]}"
   # stream: the device settles at the save, then the writer thread reads the live state through
   # one page-locked chunk (4 KiB here, so the larger pieces take several) while the loop goes
   # on. Same bytes as copy's, a snapshot of one chunk, and the resume bit-identical (what a
   # save that did not settle the device would read: tests/tools/snapshot_staging_test.cpp).
-  for steps in 2 4; do
-    TESSERA_SIM_STREAMS=deferred "$mpiexec" "$np" 2 "$tessera" train "${sim[@]}" \
-      --max-steps "$steps" --checkpoint-snapshot stream --checkpoint-chunk-mb 0.00390625 \
-      --run-dir "$dir/sim_stream" >"$dir/sim_stream.log"
-  done
-  grep -q "resuming from" "$dir/sim_stream.log" || fail "the streamed run did not resume"
-  for f in "$dir"/sim_stream/checkpoints/step_0000000{2,4}/shard_0000{0,1}.safetensors; do
-    cmp -s "$f" "${f/sim_stream/sim_copy}" || fail "the streamed GPU snapshot differs from the copy: $f"
-  done
-  [ "$(grep -c '"snapshot":"stream","snapshot_bytes":4096,' "$dir/sim_stream/checkpoints.jsonl")" = 2 ] ||
-    fail "checkpoints.jsonl does not show two streamed saves of one 4096-byte chunk: $(cat "$dir/sim_stream/checkpoints.jsonl")"
-  tol=0 compare "cuda-sim dp2, streamed snapshots through a 4 KiB chunk and a resume, against copy" \
-    "$dir/sim_copy" "$dir/sim_stream"
+  TESSERA_SIM_STREAMS=deferred logged='"snapshot":"stream","snapshot_bytes":4096,' \
+    against_copy "cuda-sim dp2, streamed through a 4 KiB chunk" "$dir/sim_copy" \
+    "$dir/sim_stream" "${sim[@]}" --checkpoint-snapshot stream --checkpoint-chunk-mb 0.00390625
   rm -rf "$dir/sim_copy" "$dir/sim_staged" "$dir/sim_stream"
   "$mpiexec" "$np" 1 "$tessera" train "${common[@]}" --precision bf16 --max-steps 2 \
     --device cuda-sim --run-dir "$dir/sim_n1" >/dev/null

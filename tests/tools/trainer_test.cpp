@@ -305,9 +305,9 @@ TEST(Trainer, SnapshotFlagsAreChecked) {
   EXPECT_NE(error_of([&] { o.validate(); }).find("must be auto, copy, stream or staged"),
             std::string::npos);
   o.checkpoint_snapshot = "staged";
-  EXPECT_NE(error_of([&] { o.validate(); }).find("--device is cpu"), std::string::npos);
+  o.validate();  // on the CPU the writer thread copies the state
   o.checkpoint_snapshot = "stream";
-  o.checkpoint_chunk_mb = 1;
+  o.checkpoint_chunk_mb = 64;  // the size used on a GPU when none is given; still refused here
   EXPECT_NE(error_of([&] { o.validate(); })
                 .find("needs --checkpoint-snapshot stream and a GPU device (--checkpoint-snapshot "
                       "is stream, --device cpu)"),
@@ -318,10 +318,13 @@ TEST(Trainer, SnapshotFlagsAreChecked) {
             std::string::npos);
   o.checkpoint_snapshot = "stream";
   o.checkpoint_chunk_mb = 1e-7;  // under 8 bytes
-  EXPECT_NE(error_of([&] { o.validate(); }).find("between 8 bytes and 1 TiB, got 1e-07"),
+  EXPECT_NE(error_of([&] { o.validate(); }).find("between 8 bytes and 1 TiB (0: 64 MiB), got 1e-07"),
             std::string::npos);
   o.checkpoint_chunk_mb = 0.5;
   o.validate();  // a GPU stream's chunk applies
+  EXPECT_EQ(o.checkpoint_chunk_bytes(), 524288);
+  o.checkpoint_chunk_mb = 0;
+  EXPECT_EQ(o.checkpoint_chunk_bytes(), int64_t(64) << 20);
 }
 
 TEST(Trainer, LiveProgressIsRedrawnInPlaceAndClearedAtTheEnd) {

@@ -133,12 +133,13 @@ const std::map<std::string, std::string>& flag_help() {
       {"checkpoint_snapshot",
        "sharded saves: copy (the loop waits while its part is copied to memory), stream (no "
        "copy: the write reads the live state, a GPU's through one page-locked chunk, and the "
-       "next update waits until it is written), staged (a GPU's part downloads on a side "
-       "stream into page-locked memory while the loop goes on; the next update waits for it) "
+       "next update waits until it is written), staged (the part is downloaded on a side "
+       "stream into page-locked memory from a GPU, or copied by the writer thread on the CPU, "
+       "while the loop goes on; the next update waits for it) "
        "or auto (stream on the CPU, staged on a GPU)"},
       {"checkpoint_chunk_mb",
        "with --checkpoint-snapshot stream on a GPU: the page-locked chunk (MiB) the writer "
-       "reads the state through, the host memory a save holds beyond the state (default 64; "
+       "reads the state through, the host memory a save holds beyond the state (0: 64 MiB; "
        "never more than the largest tensor)"},
       {"checkpoint_every_local",
        "the node-local tier: every N steps each rank writes its own state to --local-dir, "

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
+#include "tessera/core/empty.h"
 #include "tessera/core/error.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/nn/io/detail/checkpoint_files.h"
@@ -42,6 +44,24 @@ int64_t check_streamable(const Tensor& t, const std::string& name, const Chunked
   return int64_t(chunked->buffer.nbytes());
 }
 
+// A staged snapshot of host state is copied on the writer thread, with a plain memcpy (no op:
+// the training thread runs ops meanwhile): the tensors must be contiguous host memory.
+int64_t check_thread_copyable(const Tensor& t, const std::string& name) {
+  TESSERA_CHECK(t.device().is_cpu() && t.is_contiguous(),
+                "CheckpointWriter: a staged snapshot without a land function is copied by the ",
+                "writer thread from contiguous host memory, but '", name, "' is ", t.describe(),
+                " with strides ", t.strides().to_string());
+  return int64_t(t.nbytes());
+}
+
+Tensor thread_copy(const Tensor& t) {
+  Tensor out = empty(t.shape(), t.dtype(), Device::cpu());
+  if (t.nbytes() > 0)
+    std::memcpy(out.data_ptr("checkpoint snapshot"), t.data_ptr("checkpoint snapshot"),
+                t.nbytes());
+  return out;
+}
+
 }  // namespace
 
 CheckpointWriter::CheckpointWriter() : thread_([this] { run(); }) {}
@@ -62,16 +82,17 @@ CheckpointWriter::~CheckpointWriter() {
 
 void CheckpointWriter::submit(int64_t step, Task task, int64_t bytes, Snapshot snapshot,
                               std::function<void()> land) {
-  TESSERA_CHECK(snapshot != Snapshot::staged || land,
-                "CheckpointWriter: a staged snapshot needs the function that lands it");
+  // The live state is read on the thread by a stream, and by a staged snapshot that the
+  // thread copies itself (no land); a staged one with land is in buffers the caller fills.
+  const bool thread_reads = snapshot == Snapshot::stream || (snapshot == Snapshot::staged && !land);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     step_ = step;
     task_ = std::move(task);
     job_bytes_ = last_bytes_ = bytes;
     busy_ = true;
-    reading_ = snapshot == Snapshot::stream;
-    landed_ = snapshot != Snapshot::staged;
+    reading_ = thread_reads;
+    landed_ = snapshot != Snapshot::staged || !land;
     land_ = std::move(land);
     land_failure_ = nullptr;
   }
@@ -117,10 +138,13 @@ std::string CheckpointWriter::save(const std::string& run_dir, const CheckpointD
 std::string CheckpointWriter::save_shard(ShardJob job, Snapshot snapshot,
                                          std::function<void()> land, int64_t staged_bytes) {
   wait();
+  const bool thread_copies = snapshot == Snapshot::staged && !land;
   int64_t bytes = snapshot == Snapshot::staged ? staged_bytes : 0;
   for (ShardPiece& p : job.pieces) {
     if (snapshot == Snapshot::stream) {
       bytes = std::max(bytes, check_streamable(p.data, p.name, chunked_.get()));
+    } else if (thread_copies) {
+      bytes += check_thread_copyable(p.data, p.name);
     } else if (snapshot == Snapshot::staged) {
       check_streamable(p.data, p.name, nullptr);
     } else {
@@ -134,8 +158,13 @@ std::string CheckpointWriter::save_shard(ShardJob job, Snapshot snapshot,
   auto shared = std::make_shared<ShardJob>(std::move(job));
   submit(
       step,
-      [shared](const std::function<void()>& release) {
-        shared->on_data_written = release;
+      [shared, thread_copies](const std::function<void()>& release) {
+        if (thread_copies) {
+          for (ShardPiece& p : shared->pieces) p.data = thread_copy(p.data);
+          release();  // the loop's next update may run
+        } else {
+          shared->on_data_written = release;
+        }
         write_shard(*shared);
       },
       bytes, snapshot, std::move(land));
@@ -147,12 +176,15 @@ std::string CheckpointWriter::save_local(const std::string& rank_dir, int64_t st
                                          const nlohmann::json& state, Snapshot snapshot,
                                          std::function<void()> land, int64_t staged_bytes) {
   wait();
+  const bool thread_copies = snapshot == Snapshot::staged && !land;
   int64_t bytes = snapshot == Snapshot::staged ? staged_bytes : 0;
   std::shared_ptr<const ChunkedReads> chunked;
   if (snapshot == Snapshot::stream) {
     chunked = chunked_;
     for (const auto& [name, t] : tensors)
       bytes = std::max(bytes, check_streamable(t, name, chunked.get()));
+  } else if (thread_copies) {
+    for (const auto& [name, t] : tensors) bytes += check_thread_copyable(t, name);
   } else if (snapshot == Snapshot::staged) {
     for (const auto& [name, t] : tensors) check_streamable(t, name, nullptr);
   } else {
@@ -161,7 +193,12 @@ std::string CheckpointWriter::save_local(const std::string& rank_dir, int64_t st
   auto shared = std::make_shared<StateDict>(std::move(tensors));
   submit(
       step,
-      [rank_dir, step, shared, fingerprint, state, chunked](const std::function<void()>& release) {
+      [rank_dir, step, shared, fingerprint, state, chunked,
+       thread_copies](const std::function<void()>& release) {
+        if (thread_copies) {
+          for (auto& [name, t] : *shared) t = thread_copy(t);
+          release();
+        }
         save_local_checkpoint(rank_dir, step, *shared, fingerprint, state, release, chunked.get());
       },
       bytes, snapshot, std::move(land));

@@ -55,10 +55,15 @@ class CheckpointWriter {
   //           nothing queued may still write them), but the state must not change until
   //           wait_for_snapshot() returns (the trainer calls it before the next optimizer
   //           update, so the write overlaps the next forward and backward);
-  //   staged  the pieces are host buffers that asynchronous copies (a GPU's state, downloaded
-  //           on a side stream into page-locked memory) are still filling: `land` blocks
-  //           until they have, and the thread writes only after it returned. land runs once,
-  //           on the caller's thread, inside the first wait_for_snapshot(), wait() or next save.
+  //   staged  with `land`: the pieces are host buffers that asynchronous copies (a GPU's
+  //           state, downloaded on a side stream into page-locked memory) are still filling;
+  //           land blocks until they have, and the thread writes only after it returned. land
+  //           runs once, on the caller's thread, inside the first wait_for_snapshot(), wait()
+  //           or next save. Without `land`: the pieces are live host tensors, and the thread
+  //           first copies them into memory it owns, then writes the copy; the state must not
+  //           change until wait_for_snapshot() returns, which is when the copy is done. The
+  //           copy so runs beside the next forward and backward instead of stalling the loop
+  //           (extra memory: the rank's share, as for copy).
   enum class Snapshot { copy, stream, staged };
   std::string save_shard(ShardJob job, Snapshot snapshot = Snapshot::copy,
                          std::function<void()> land = {}, int64_t staged_bytes = 0);
