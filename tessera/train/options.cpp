@@ -208,12 +208,11 @@ void TrainOptions::validate() const {
                     checkpoint_snapshot == "stream" || checkpoint_snapshot == "staged",
                 "train: --checkpoint-snapshot must be auto, copy, stream or staged, got '",
                 checkpoint_snapshot, "'");
-  TESSERA_CHECK(checkpoint_chunk_mb == 0 || (checkpoint_chunk_mb * 1048576.0 >= 8 &&
-                                                checkpoint_chunk_mb <= 1048576),
+  TESSERA_CHECK(checkpoint_chunk_mb == 0 ||
+                    (checkpoint_chunk_mb * 1048576.0 >= 8 && checkpoint_chunk_mb <= 1048576),
                 "train: --checkpoint-chunk-mb must be between 8 bytes and 1 TiB (0: 64 MiB), got ",
                 checkpoint_chunk_mb);
-  TESSERA_CHECK(checkpoint_chunk_mb == 0 ||
-                    (checkpoint_snapshot == "stream" && device != "cpu"),
+  TESSERA_CHECK(checkpoint_chunk_mb == 0 || (checkpoint_snapshot == "stream" && device != "cpu"),
                 "train: --checkpoint-chunk-mb sizes the chunk a streamed snapshot reads a GPU's ",
                 "state through; it needs --checkpoint-snapshot stream and a GPU device (",
                 "--checkpoint-snapshot is ", checkpoint_snapshot, ", --device ", device, ")");

@@ -432,9 +432,9 @@ std::string Trainer::save_local() {
   std::vector<Tensor*> tensors;
   for (auto& [name, t] : live.tensors) tensors.push_back(&t);
   const int64_t staged = stage_snapshot(snapshot, tensors);
-  return writer_->save_local(
-      nn::local_rank_dir(local_dir(), world_->rank()), step_, std::move(live.tensors), fingerprint,
-      state, snapshot, snapshot_land(snapshot), staged);
+  return writer_->save_local(nn::local_rank_dir(local_dir(), world_->rank()), step_,
+                             std::move(live.tensors), fingerprint, state, snapshot,
+                             snapshot_land(snapshot), staged);
 }
 
 void Trainer::load(const std::string& checkpoint_dir) {
@@ -673,8 +673,8 @@ std::string Trainer::save_sharded(bool wait) {
   std::vector<Tensor*> tensors;
   for (nn::ShardPiece& p : job.pieces) tensors.push_back(&p.data);
   const int64_t staged = stage_snapshot(snapshot, tensors);
-  const std::string dir = writer_->save_shard(
-      std::move(job), snapshot, snapshot_land(snapshot), staged);
+  const std::string dir =
+      writer_->save_shard(std::move(job), snapshot, snapshot_land(snapshot), staged);
   if (wait) {
     wait_for_save();
     world_->barrier(allow);  // rank 0 has published the set

@@ -158,10 +158,12 @@ TEST(CheckpointWriter, AStagedSnapshotOfHostStateMustBeContiguous) {
   Generator gen(1);
   Tensor t = ops::transpose(randn({4, 3}, gen), 0, 1);
   try {
-    writer.save_local(dir.file("rank_0"), 1, {{"w", t}}, {}, {}, CheckpointWriter::Snapshot::staged);
+    writer.save_local(dir.file("rank_0"), 1, {{"w", t}}, {}, {},
+                      CheckpointWriter::Snapshot::staged);
     FAIL() << "a strided tensor was accepted";
   } catch (const Error& e) {
-    EXPECT_TRUE(mentions(e.what(), {"copied by the writer thread", "'w'", "f32[3, 4]"})) << e.what();
+    EXPECT_TRUE(mentions(e.what(), {"copied by the writer thread", "'w'", "f32[3, 4]"}))
+        << e.what();
   }
 }
 

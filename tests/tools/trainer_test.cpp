@@ -318,8 +318,9 @@ TEST(Trainer, SnapshotFlagsAreChecked) {
             std::string::npos);
   o.checkpoint_snapshot = "stream";
   o.checkpoint_chunk_mb = 1e-7;  // under 8 bytes
-  EXPECT_NE(error_of([&] { o.validate(); }).find("between 8 bytes and 1 TiB (0: 64 MiB), got 1e-07"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { o.validate(); }).find("between 8 bytes and 1 TiB (0: 64 MiB), got 1e-07"),
+      std::string::npos);
   o.checkpoint_chunk_mb = 0.5;
   o.validate();  // a GPU stream's chunk applies
   EXPECT_EQ(o.checkpoint_chunk_bytes(), 524288);

@@ -57,8 +57,7 @@ int64_t check_thread_copyable(const Tensor& t, const std::string& name) {
 Tensor thread_copy(const Tensor& t) {
   Tensor out = empty(t.shape(), t.dtype(), Device::cpu());
   if (t.nbytes() > 0)
-    std::memcpy(out.data_ptr("checkpoint snapshot"), t.data_ptr("checkpoint snapshot"),
-                t.nbytes());
+    std::memcpy(out.data_ptr("checkpoint snapshot"), t.data_ptr("checkpoint snapshot"), t.nbytes());
   return out;
 }
 
