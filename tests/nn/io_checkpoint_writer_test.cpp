@@ -124,31 +124,44 @@ TEST(CheckpointWriter, AStagedSnapshotIsWrittenOnlyOnceItHasLanded) {
 // the live piece's last element the moment it returns: a thread that released the state
 // before its copy, or wrote from the live state, reaches that element milliseconds later (a
 // 32 MB memcpy or write, against the microseconds of a wake-up) and writes the new value.
+// Both paths: a shard of a sharded set, and a node-local set.
 TEST(CheckpointWriter, AStagedSnapshotOfHostStateIsCopiedByTheThreadBeforeTheLoopGoesOn) {
-  TempDir dir;
   const int64_t n = int64_t(8) << 20;
-  Generator gen(3);
-  Tensor live = arange(0, double(n), 1, DType::f32);  // exact in f32: n < 2^24
-  Tensor small = randn({1000}, gen);
-  const Tensor want_live = ops::clone(live), want_small = ops::clone(small);
-  ShardJob job;
-  job.run_dir = dir.path();
-  job.step = 7;
-  job.nonce = checkpoint_nonce(7);
-  job.pieces = replicated_pieces({{"w", live}, {"b", small}}, false, 0, 1);
-  CheckpointWriter writer;
-  writer.save_shard(std::move(job), CheckpointWriter::Snapshot::staged);
-  EXPECT_EQ(writer.pending_bytes(), (n + 1000) * 4);  // the thread's copy: the whole share
-  writer.wait_for_snapshot();
-  live.data<float>()[n - 1] = -1.0f;  // the next update, from the end
-  ops::fill_(small, 2.0);
-  writer.wait();
-  EXPECT_EQ(writer.last_snapshot_bytes(), (n + 1000) * 4);
-  const CheckpointData got =
-      load_checkpoint((fs::path(checkpoints_dir(dir.path())) / checkpoint_name(7)).string());
-  ASSERT_EQ(got.model.size(), 2u);
-  for (const auto& [name, t] : got.model)
-    EXPECT_TRUE(same_tensor(t, name == "w" ? want_live : want_small)) << name;
+  const nlohmann::json fingerprint = {{"test", "staged"}};
+  for (const bool local : {false, true}) {
+    TempDir dir;
+    Generator gen(3);
+    Tensor live = arange(0, double(n), 1, DType::f32);  // exact in f32: n < 2^24
+    Tensor small = randn({1000}, gen);
+    const Tensor want_live = ops::clone(live), want_small = ops::clone(small);
+    CheckpointWriter writer;
+    if (local) {
+      writer.save_local(dir.file("rank"), 7, {{"w", live}, {"b", small}}, fingerprint,
+                        nlohmann::json::object(), CheckpointWriter::Snapshot::staged);
+    } else {
+      ShardJob job;
+      job.run_dir = dir.path();
+      job.step = 7;
+      job.nonce = checkpoint_nonce(7);
+      job.pieces = replicated_pieces({{"w", live}, {"b", small}}, false, 0, 1);
+      writer.save_shard(std::move(job), CheckpointWriter::Snapshot::staged);
+    }
+    EXPECT_EQ(writer.pending_bytes(), (n + 1000) * 4);  // the thread's copy: the whole share
+    writer.wait_for_snapshot();
+    live.data<float>()[n - 1] = -1.0f;  // the next update, from the end
+    ops::fill_(small, 2.0);
+    writer.wait();
+    EXPECT_EQ(writer.last_snapshot_bytes(), (n + 1000) * 4);
+    const StateDict got =
+        local
+            ? load_local_checkpoint(dir.file("rank"), 7, fingerprint).tensors
+            : load_checkpoint((fs::path(checkpoints_dir(dir.path())) / checkpoint_name(7)).string())
+                  .model;
+    ASSERT_EQ(got.size(), 2u) << (local ? "local" : "shard");
+    for (const auto& [name, t] : got)
+      EXPECT_TRUE(same_tensor(t, name == "w" ? want_live : want_small))
+          << name << (local ? " (local)" : " (shard)");
+  }
 }
 
 // The thread copies with a plain memcpy: a strided host tensor is refused, naming it.

@@ -198,7 +198,8 @@ std::string CheckpointWriter::save_local(const std::string& rank_dir, int64_t st
           for (auto& [name, t] : *shared) t = thread_copy(t);
           release();
         }
-        save_local_checkpoint(rank_dir, step, *shared, fingerprint, state, release, chunked.get());
+        save_local_checkpoint(rank_dir, step, *shared, fingerprint, state,
+                              thread_copies ? nullptr : release, chunked.get());
       },
       bytes, snapshot, std::move(land));
   return (std::filesystem::path(rank_dir) / checkpoint_name(step)).string();
