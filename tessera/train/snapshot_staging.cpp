@@ -20,16 +20,18 @@ int64_t SnapshotStaging::stage(const std::vector<Tensor*>& tensors) {
     Tensor& buffer = buffers_[dtype];
     if (!buffer.defined() || buffer.numel() < numel) buffer = transfers_.host_empty(numel, dtype);
   }
-  transfers_.begin_downloads();
+  transfers_.end_downloads();
   std::map<DType, int64_t> used;
   int64_t bytes = 0;
+  bool ordered = false;  // the first copy waits for the compute stream; the rest queue behind it
   for (Tensor* t : tensors) {
     int64_t& at = used[t->dtype()];
     Tensor host = ops::reshape(ops::narrow(buffers_.at(t->dtype()), 0, at, t->numel()), t->shape());
     if (t->device().is_cpu())
       ops::copy_(host, *t);  // host state (an offloaded optimizer's): a plain copy
     else
-      transfers_.download(*t, host);
+      transfers_.download(*t, host, /*after_compute=*/!ordered);
+    ordered = ordered || !t->device().is_cpu();
     at += t->numel();
     bytes += int64_t(t->nbytes());
     *t = host;

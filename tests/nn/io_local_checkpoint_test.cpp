@@ -53,6 +53,26 @@ TEST(LocalCheckpoint, RoundTripsAndKeepsTheNewestTwo) {
   EXPECT_EQ(usable_local_checkpoints(rank, kPrint, &why), (std::vector<int64_t>{3}));
 }
 
+// The reader takes an object: a null state is written as {} and reads back, anything else is
+// refused before a byte is written (it would make a set the reader refuses).
+TEST(LocalCheckpoint, StateIsAnObject) {
+  TempDir d;
+  const std::string rank = local_rank_dir(d.path(), 1);
+  save_local_checkpoint(rank, 2, tensors(2), kPrint, nlohmann::json());
+  EXPECT_EQ(load_local_checkpoint(rank, 2, kPrint).state, nlohmann::json::object());
+  for (const nlohmann::json& bad : {nlohmann::json::array({1, 2}), nlohmann::json(7)}) {
+    try {
+      save_local_checkpoint(rank, 4, tensors(4), kPrint, bad);
+      ADD_FAILURE() << "state " << bad.dump() << " was written";
+    } catch (const Error& e) {
+      EXPECT_TRUE(mentions(e.what(), {"state must be a JSON object", "step 4"}));
+    }
+    EXPECT_FALSE(fs::exists(set_dir(d, 4))) << bad.dump();
+  }
+  std::string why;
+  EXPECT_EQ(usable_local_checkpoints(rank, kPrint, &why), (std::vector<int64_t>{2}));
+}
+
 TEST(LocalCheckpoint, RefusesAnotherFingerprint) {
   TempDir d;
   const std::string rank = local_rank_dir(d.path(), 1);

@@ -15,6 +15,11 @@
 //    host holds the master shard, the moments, the gradient downloads and the rounded copy.
 //  - A checkpoint saved from an offloaded run and loaded into a fresh one resumes it exactly:
 //    the loaded master reaches the compute copy (the host rounds it again).
+//  - The gradients start down during backward, not after it: every bucket's download is on its
+//    way before the optimizer step, and where a bucket's reduce-scatter writes its shard on
+//    the communication stream (no accumulation into it), the download is queued right behind
+//    it from the gradient hook. Under deferred streams a download ordered wrongly against the
+//    reduction or the accumulation reads stale bytes and the numbers above differ.
 
 #include <gtest/gtest.h>
 
@@ -47,6 +52,9 @@ struct OffloadRun {
   int64_t device_bytes = 0;  // device allocator's live bytes the trainer added at construction
   RankMemory memory;         // the last step's
   int64_t space_numel = 0, shard_numel = 0;  // the dp layout's (one f32 space)
+  // The last step's: buckets, their downloads started before the optimizer step, and the
+  // reductions launched (and shards announced ready) from backward's gradient hooks.
+  int64_t buckets = 0, early_downloads = 0, launched_in_backward = 0, ready_in_backward = 0;
 };
 
 std::shared_ptr<Communicator> nccl_world() {
@@ -86,7 +94,14 @@ OffloadRun run(const nn::GPTConfig& model, const ParallelConfig& p, bool offload
   EXPECT_EQ(layout.spaces().size(), 1u);
   out.space_numel = layout.spaces()[0].numel;
   out.shard_numel = layout.spaces()[0].shard_numel;
-  train(trainer, p, model, 0, kSteps, out);
+  train(trainer, p, model, 0, kSteps - 1, out);
+  const ReduceStats first = trainer.data_parallel().reduce_stats();
+  train(trainer, p, model, kSteps - 1, kSteps, out);
+  const ReduceStats last = trainer.data_parallel().reduce_stats();
+  out.buckets = int64_t(layout.buckets().size());
+  out.early_downloads = trainer.data_parallel().optimizer().early_downloads();
+  out.launched_in_backward = last.launched_in_backward - first.launched_in_backward;
+  out.ready_in_backward = last.ready_in_backward - first.ready_in_backward;
   out.run.weights = trainer.gather_full_state();
   return out;
 }
@@ -116,9 +131,24 @@ void expect_offload_exact(const LayoutCase& c, nn::Precision precision) {
   // Host: master shard and moments (f32), the gradient downloads (f32), the rounded copy.
   EXPECT_EQ(got.memory.offloaded, (4 + 8 + 4 + 2) * got.shard_numel) << what;
   EXPECT_EQ(ref.memory.offloaded, 0) << what;
+
+  // Every bucket was on its way down before the step; at ZeRO 1 (reduced once, on the last
+  // micro-batch, straight into the shard) each one launched from a hook was queued behind its
+  // reduce-scatter there. ZeRO 2/3 with two micro-batches add the last one's reduction into
+  // the shard on the compute stream, so theirs start when the reducer sees it complete.
+  EXPECT_GT(got.buckets, 1) << what;
+  EXPECT_EQ(got.early_downloads, got.buckets) << what;
+  EXPECT_EQ(ref.early_downloads, 0) << what;
+  if (c.zero == 1) {
+    EXPECT_GT(got.launched_in_backward, 0) << what;
+    EXPECT_EQ(got.ready_in_backward, got.launched_in_backward) << what;
+  }
   if (MpiCommunicator::world()->rank() == 0)
-    std::printf("  %-60s device -%lld B, host %lld B\n", what.c_str(),
-                (long long)(ref.device_bytes - got.device_bytes), (long long)got.memory.offloaded);
+    std::printf(
+        "  %-60s device -%lld B, host %lld B; %lld of %lld downloads queued from "
+        "backward's hooks\n",
+        what.c_str(), (long long)(ref.device_bytes - got.device_bytes),
+        (long long)got.memory.offloaded, (long long)got.ready_in_backward, (long long)got.buckets);
 }
 
 constexpr auto k1F1B = ScheduleKind::one_f_one_b;

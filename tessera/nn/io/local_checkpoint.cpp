@@ -87,6 +87,9 @@ std::string save_local_checkpoint(const std::string& rank_dir, int64_t step,
                                   const StateDict& tensors, const json& fingerprint,
                                   const json& state, const std::function<void()>& on_data_written,
                                   const ChunkedReads* chunked) {
+  // The reader takes an object only (a null is written as {}, as save_checkpoint does).
+  TESSERA_CHECK(state.is_object() || state.is_null(), "local checkpoint: state must be a JSON ",
+                "object, got ", state.type_name(), " (step ", step, ", ", rank_dir, ")");
   check_finite(state, "state");
   const fs::path dir = fs::path(rank_dir) / checkpoint_name(step);
   std::error_code ec;
@@ -102,7 +105,7 @@ std::string save_local_checkpoint(const std::string& rank_dir, int64_t step,
                      {"fingerprint", fingerprint},
                      {"bytes", fs::file_size(tp)},
                      {"checksum", checksum_hex(sum)},
-                     {"state", state}};
+                     {"state", state.is_null() ? json::object() : state}};
   write_file_atomic((dir / kMeta).string(), meta.dump() + "\n");
   bool kept_older = false;  // sets are listed newest first
   for (const auto& [s, path] : local_sets(rank_dir)) {

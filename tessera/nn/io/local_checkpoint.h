@@ -40,7 +40,8 @@ std::string local_rank_dir(const std::string& local_dir, int rank);
 // Writes step's set into rank_dir (atomically: the tensors, fsynced, then meta.json), then
 // deletes the rank's sets other than this one and the newest older one: two are kept, so that
 // after a kill that cut one rank's newest write short the ranks still share a step.
-// on_data_written and chunked as write_safetensors's. Returns the directory.
+// on_data_written and chunked as write_safetensors's. `state` is a JSON object (null is
+// written as {}); anything else is refused before a byte is written. Returns the directory.
 std::string save_local_checkpoint(const std::string& rank_dir, int64_t step,
                                   const StateDict& tensors, const nlohmann::json& fingerprint,
                                   const nlohmann::json& state,

@@ -136,6 +136,7 @@ class RecordedWork final : public Work {
     if (done) recorder_->mark(id_, FlightState::completed);
     return done;
   }
+  bool on_comm_stream() const override { return inner_->on_comm_stream(); }
 
  private:
   std::shared_ptr<Work> inner_;

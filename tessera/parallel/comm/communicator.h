@@ -37,6 +37,11 @@ class Work {
   virtual void wait() = 0;
   // True once complete; never blocks.
   virtual bool test() = 0;
+  // True when the results are written on the device's communication stream in issue order
+  // (NCCL): a copy queued on that stream after this call reads them with no host wait. False
+  // when they land on the host's time or through the compute stream (MPI, threads, a widening
+  // sum finished on the compute stream): wait for test() or wait() first.
+  virtual bool on_comm_stream() const { return false; }
 };
 
 // A Work that is already complete (size-one groups, empty tensors).

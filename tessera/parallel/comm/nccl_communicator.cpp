@@ -120,6 +120,7 @@ class NcclWork final : public Work {
   }
 
   bool test() override { return order_.event_done(done_); }
+  bool on_comm_stream() const override { return true; }
 
   void wait() override {
     if (mode_ == NcclWait::blocking) block();

@@ -89,6 +89,12 @@ DataParallel::DataParallel(const nn::StateDict& params, Communicator& dp, DataPa
                                            config_.compression, config_.overlap);
   optimizer_ = std::make_unique<ZeroAdamW>(*layout_, stage, dp_->rank(), config_.adamw, host_.get(),
                                            config_.compute_dtype);
+  // Offloaded, each bucket's gradient starts down as soon as its reduction is queued (over
+  // NCCL) or seen complete, while backward goes on, instead of after it.
+  if (config_.offload_optimizer)
+    reducer_->set_shard_ready_hook([this](int b, bool after_compute) {
+      optimizer_->download_grad(*reducer_, b, after_compute);
+    });
   if (stage == 3)
     hooks_ = std::make_shared<Zero3Hooks>(*layout_, *params_, *dp_, config_.zero3_prefetch);
   if (!config_.compute.empty()) {
@@ -197,6 +203,7 @@ StepResult DataParallel::step(double grad_scale) {
 }
 
 void DataParallel::zero_grad() {
+  optimizer_->drop_downloads();  // a skipped step's, before the gradients they read are zeroed
   reducer_->zero_grad();
 }
 

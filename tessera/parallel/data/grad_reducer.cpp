@@ -45,6 +45,7 @@ GradReducer::GradReducer(const FlatLayout& layout, int stage, Communicator& dp,
   staging_.resize(num_buckets);
   shard_written_.assign(num_buckets, false);
   arrived_.assign(num_buckets, 0);
+  announced_.assign(num_buckets, false);
   reduced_.resize(num_buckets);
   wire_.resize(num_buckets);
   if (stage_ == 0) gather_ = dp.split(0, dp.rank(), dp.name() + ".gather");  // collective
@@ -142,12 +143,12 @@ void GradReducer::launch_ready(bool in_backward) {
   while (next_launch_ < int(buckets.size()) &&
          (!in_backward ||
           arrived_[size_t(next_launch_)] >= int(buckets[size_t(next_launch_)].params.size()))) {
-    launch(next_launch_++);
+    launch(next_launch_++, in_backward);
     ++(in_backward ? stats_.launched_in_backward : stats_.launched_in_finish);
   }
 }
 
-void GradReducer::launch(int b) {
+void GradReducer::launch(int b, bool in_backward) {
   timeline_.events.push_back({b, now(), 0});
   if (compressing_) return launch_powersgd(b);
   // ZeRO 0 on one rank: the full gradient is its own average, and the reduce-scatter and
@@ -169,7 +170,22 @@ void GradReducer::launch(int b) {
   }
   p.work = dp_->reduce_scatter_async(in, p.out, CommOp::avg);
   p.event = timeline_.events.size() - 1;
+  // The shard is final the moment the collective that writes it is queued, if that runs on the
+  // communication stream and nothing is added or summed into the shard after it.
+  if (stage_ >= 1 && !p.add && !tied_later(b) && p.work->on_comm_stream())
+    shard_ready(b, false, in_backward);
   pending_.push_back(std::move(p));
+}
+
+bool GradReducer::tied_later(int b) const {
+  return tied_ != nullptr && layout_.buckets()[size_t(b)].tied;
+}
+
+void GradReducer::shard_ready(int b, bool after_compute, bool in_backward) {
+  if (!sync_ || !shard_ready_ || announced_[size_t(b)]) return;
+  announced_[size_t(b)] = true;
+  if (in_backward) ++stats_.ready_in_backward;
+  shard_ready_(b, after_compute);
 }
 
 void GradReducer::launch_powersgd(int b) {
@@ -214,6 +230,7 @@ void GradReducer::progress_powersgd(bool block) {
     if (p.phase == Phase::q) powersgd_->end(b, full_grad(b));
     completed(p);
     finish_powersgd_bucket(b);
+    if (!tied_later(b)) shard_ready(b, true, !block);
     pending_.erase(pending_.begin());
   }
 }
@@ -234,6 +251,7 @@ void GradReducer::complete(Pending& p, bool in_backward) {
   }
   if (p.add) ops::add_(shard_grad(p.bucket), p.out);
   if (stage_ >= 2) staging_[size_t(p.bucket)]->release();
+  if (!tied_later(p.bucket)) shard_ready(p.bucket, true, in_backward);
 }
 
 void GradReducer::issue_gathers(bool in_backward) {
@@ -285,6 +303,9 @@ void GradReducer::finish() {
     for (size_t b = 0; b < buckets.size(); ++b)
       if (buckets[b].tied) tied_->all_reduce(stage_ == 0 ? full_grad(int(b)) : shard_grad(int(b)));
   }
+  // What is left: tied buckets, ZeRO 0 (final once gathered), buckets with no collective.
+  for (size_t b = 0; b < buckets.size(); ++b) shard_ready(int(b), true, false);
+  announced_.assign(buckets.size(), false);
   arrived_.assign(buckets.size(), 0);
   next_launch_ = 0;
   timeline_.finish_end = now();

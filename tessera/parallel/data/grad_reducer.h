@@ -35,6 +35,12 @@
 // Tied buckets (FlatLayout) are summed over the tied group in finish() on the last micro-batch
 // of a step, after the dp reduction.
 //
+// A shard-ready hook (set_shard_ready_hook) hears of each bucket as soon as its shard holds the
+// step's final gradient, so an offloaded optimizer can start the bucket's download during
+// backward: over NCCL right behind the reduce-scatter on the communication stream (the bucket
+// was not accumulated into and has no tied copy), otherwise when the reducer sees the
+// reduction complete, or from finish() for tied buckets and at ZeRO 0.
+//
 // Compression (grad_compression.h): bf16 sends each bucket as bf16 through the widening
 // reduce-scatter (and, at ZeRO 0, all-gathers bf16 shards, widened in finish()). PowerSGD, on
 // the steps after its warm-up, replaces both halves with its two all-reduces per bucket, P then
@@ -46,6 +52,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -62,6 +69,8 @@ struct ReduceStats {
   int64_t gathered_in_backward = 0;  // ZeRO 0: all-gathers issued before backward returned
   // PowerSGD: the most all-reduces ever in flight at once (1 by design: progress_powersgd).
   int64_t powersgd_in_flight = 0;
+  // Shards the shard-ready hook heard of before backward returned (from the hooks).
+  int64_t ready_in_backward = 0;
 };
 
 // When the last backward pass's reductions ran, in seconds from its first gradient: each
@@ -111,6 +120,14 @@ class GradReducer {
   // Zeroes the gradients for the next step.
   void zero_grad();
 
+  // Called once per bucket on a step's last micro-batch, as soon as shard_grad(bucket) holds
+  // the reduced gradient the optimizer will read. `after_compute`: the shard's last write
+  // was on the compute stream or the host, so a device copy of it must follow the compute
+  // stream's work so far; false: it is the reduce-scatter just queued on the communication
+  // stream (Work::on_comm_stream), which a copy queued behind it there sees.
+  using ShardReadyHook = std::function<void(int bucket, bool after_compute)>;
+  void set_shard_ready_hook(ShardReadyHook hook) { shard_ready_ = std::move(hook); }
+
   // This rank's reduced shard of bucket b's gradient (the average over the dp group).
   Tensor shard_grad(int b) const;
   // Bucket b's full gradient (ZeRO 0/1 only): after finish(), at ZeRO 0, the average.
@@ -140,7 +157,7 @@ class GradReducer {
 
   void on_grad(int param);
   void launch_ready(bool in_backward);
-  void launch(int b);
+  void launch(int b, bool in_backward);
   void launch_powersgd(int b);
   void poll();
   // PowerSGD steps: runs the chain of P and Q all-reduces, waiting for each link when `block`,
@@ -149,6 +166,10 @@ class GradReducer {
   // After a bucket's PowerSGD reduction: ZeRO 1 copies this rank's shard out of the average.
   void finish_powersgd_bucket(int b);
   void complete(Pending& p, bool in_backward);
+  // Whether bucket b is summed over the tied group in finish(), after its dp reduction.
+  bool tied_later(int b) const;
+  // Tells the shard-ready hook about bucket b once per step's last micro-batch.
+  void shard_ready(int b, bool after_compute, bool in_backward);
   void issue_gathers(bool in_backward);
   Tensor staging(int b);
 
@@ -176,6 +197,8 @@ class GradReducer {
   std::unique_ptr<PowerSgd> powersgd_;
   bool compressing_ = false;             // this step runs PowerSGD
   ReduceStats stats_;
+  ShardReadyHook shard_ready_;
+  std::vector<bool> announced_;  // per bucket, this pass: the hook has heard of it
   bool overlap_ = true;
   ReduceTimeline timeline_;
   std::chrono::steady_clock::time_point pass_start_;

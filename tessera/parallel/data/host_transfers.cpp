@@ -42,16 +42,7 @@ Tensor HostTransfers::host_empty(int64_t numel, DType dtype) const {
   return t;
 }
 
-void HostTransfers::begin_downloads() {
-  end_downloads();
-  if (!streams_) return;
-  cuda::StreamOrder& order = *order_for(device_);
-  void* ready = order.record_event(order.compute_stream());
-  order.stream_wait_event(order.comm_stream(), ready);
-  order.destroy_event(ready);
-}
-
-int HostTransfers::download(const Tensor& src, const Tensor& dst) {
+int HostTransfers::download(const Tensor& src, const Tensor& dst, bool after_compute) {
   TESSERA_CHECK(src.device() == device_ && dst.device().is_cpu() && src.dtype() == dst.dtype() &&
                     src.numel() == dst.numel() && src.is_contiguous() && dst.is_contiguous(),
                 "HostTransfers::download: expected a contiguous ", device_, " tensor and a host ",
@@ -64,6 +55,11 @@ int HostTransfers::download(const Tensor& src, const Tensor& dst) {
     return ticket;
   }
   cuda::StreamOrder& order = *order_for(device_);
+  if (after_compute) {
+    void* ready = order.record_event(order.compute_stream());
+    order.stream_wait_event(order.comm_stream(), ready);
+    order.destroy_event(ready);
+  }
   order.copy_async(dst.data_ptr("offload download"), src.data_ptr("offload download"), dst.nbytes(),
                    /*to_host=*/true, order.comm_stream());
   events_.push_back(order.record_event(order.comm_stream()));
@@ -73,7 +69,7 @@ int HostTransfers::download(const Tensor& src, const Tensor& dst) {
 
 void HostTransfers::wait(int ticket) {
   TESSERA_CHECK(ticket >= 0 && ticket < int(waited_.size()), "HostTransfers::wait: ticket ", ticket,
-                " was not handed out since begin_downloads (", waited_.size(), " were)");
+                " was not handed out since end_downloads (", waited_.size(), " were)");
   if (waited_[size_t(ticket)]) return;
   order_for(device_)->event_synchronize(events_[size_t(ticket)]);
   waited_[size_t(ticket)] = true;

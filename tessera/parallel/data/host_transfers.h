@@ -3,18 +3,18 @@
 // each step (ZeRO-Offload, Ren et al. 2021): reduced gradients down, updated parameters up.
 //
 // On a CUDA device the host buffers are page-locked and the downloads run on the communication
-// stream, after an event from the compute stream (so they see every kernel queued before
-// them), each followed by an event the host waits on before it reads that buffer: bucket b + 1
-// travels while the CPU updates bucket b. The uploads of the updated parameters run on the
-// same stream without the host waiting: the all-gather queued after each upload there sees
-// it, and end_uploads() makes the compute stream wait. On the CPU there is nothing to move:
-// buffers are plain host memory and a transfer is a copy.
+// stream, each followed by an event the host waits on before it reads that buffer. A download
+// of what the compute stream wrote first waits for an event from it (so it sees every kernel
+// queued before it); one of what a collective on the communication stream wrote is queued
+// right behind that collective, and travels while backward goes on. The uploads of the updated
+// parameters run on the same stream without the host waiting: the all-gather queued after each
+// upload there sees it, and end_uploads() makes the compute stream wait. On the CPU there is
+// nothing to move: buffers are plain host memory and a transfer is a copy.
 //
 //   HostTransfers t(Device::cuda());
 //   Tensor host = t.host_empty(n, DType::f32);
-//   t.begin_downloads();                       // after the gradients' last kernel is queued
-//   int ticket = t.download(device_grad, host);
-//   t.wait(ticket);                            // host may now read `host`
+//   int ticket = t.download(device_grad, host);  // after the kernels queued so far
+//   t.wait(ticket);                              // host may now read `host`
 //   t.end_downloads();
 
 #include <cstdint>
@@ -35,11 +35,12 @@ class HostTransfers {
   // A contiguous [numel] host tensor, page-locked when the device is a GPU, zero-filled.
   Tensor host_empty(int64_t numel, DType dtype) const;
 
-  // Orders the downloads that follow after the device work queued so far.
-  void begin_downloads();
   // Starts copying contiguous device tensor `src` into host tensor `dst` (same dtype and
-  // element count); returns the ticket to wait on.
-  int download(const Tensor& src, const Tensor& dst);
+  // element count) on the communication stream; returns the ticket to wait on.
+  // `after_compute`: the copy first waits for the compute stream's work queued so far (what
+  // wrote src); false: src was written by a collective already queued on the communication
+  // stream (Work::on_comm_stream), and the copy follows it there with no other wait.
+  int download(const Tensor& src, const Tensor& dst, bool after_compute = true);
   // Blocks until download `ticket` has landed.
   void wait(int ticket);
   // Waits for every download still in flight and forgets the tickets.

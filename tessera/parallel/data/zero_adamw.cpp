@@ -40,6 +40,7 @@ ZeroAdamW::ZeroAdamW(const FlatLayout& layout, int stage, int dp_rank,
       v_.push_back(zeros(Shape{n}, DType::f32, device_));
     }
   }
+  tickets_.assign(layout.buckets().size(), -1);
   // A version no storage has yet: the first rounded_shard rounds.
   rounded_version_.assign(layout.spaces().size(), ~uint64_t(0));
   for (size_t b = 0; b < layout.buckets().size(); ++b) {
@@ -83,15 +84,18 @@ void ZeroAdamW::step(const FlatParams& params, const GradReducer& grads, double 
   args.eps = float(options_.eps);
   args.step = step_;
   args.grad_scale = float(grad_scale);
-  // Offloaded: every bucket's gradient shard starts down now, in bucket order (the order of
-  // the runs), so the CPU waits only for the bucket it is about to update.
-  std::vector<int> ticket;
+  // Offloaded: the gradient shards not yet on their way start down now, in bucket order (the
+  // order of the runs), so the CPU waits only for the bucket it is about to update.
   if (host_ != nullptr) {
     TESSERA_CHECK(params.offloaded(), "data-parallel AdamW: offloaded, but the parameters' ",
                   "shards are not in host memory");
-    host_->begin_downloads();
-    for (size_t b = 0; b < layout_.buckets().size(); ++b)
-      ticket.push_back(host_->download(grads.shard_grad(int(b)), host_region(host_grads_, int(b))));
+    early_downloads_ = 0;
+    for (size_t b = 0; b < layout_.buckets().size(); ++b) {
+      if (tickets_[b] >= 0)
+        ++early_downloads_;
+      else
+        download_grad(grads, int(b), true);
+    }
   }
   int cached = -1;
   Tensor param, grad, m, v, rounded;
@@ -102,7 +106,7 @@ void ZeroAdamW::step(const FlatParams& params, const GradReducer& grads, double 
       m = state_of(0, r.bucket);
       v = state_of(1, r.bucket);
       if (host_ != nullptr) {
-        host_->wait(ticket[size_t(r.bucket)]);
+        host_->wait(tickets_[size_t(r.bucket)]);
         grad = host_region(host_grads_, r.bucket);
         rounded = host_region(rounded_, r.bucket);
       } else {
@@ -116,12 +120,28 @@ void ZeroAdamW::step(const FlatParams& params, const GradReducer& grads, double 
         rounded.defined() ? ops::narrow(rounded, 0, r.offset, r.length) : Tensor());
   }
   if (host_ != nullptr) {
-    host_->end_downloads();
+    drop_downloads();
     // The update wrote the rounded copy of every element it changed (padding stays zero in
     // both), so the copy is current with the master's storage as the update left it.
     for (size_t s = 0; s < layout_.spaces().size(); ++s)
       rounded_version_[s] = master_version(params, int(s));
   }
+}
+
+void ZeroAdamW::download_grad(const GradReducer& grads, int b, bool after_compute) {
+  TESSERA_CHECK(host_ != nullptr, "ZeroAdamW::download_grad: the optimizer is not offloaded");
+  TESSERA_CHECK(b >= 0 && b < int(tickets_.size()), "ZeroAdamW::download_grad: bucket ", b, " of ",
+                tickets_.size());
+  // A second download of the same bucket (another backward before the step) queues behind the
+  // first on the same stream and lands last; the step waits for the newest.
+  tickets_[size_t(b)] =
+      host_->download(grads.shard_grad(b), host_region(host_grads_, b), after_compute);
+}
+
+void ZeroAdamW::drop_downloads() {
+  if (host_ == nullptr) return;
+  host_->end_downloads();
+  tickets_.assign(tickets_.size(), -1);
 }
 
 Tensor ZeroAdamW::host_region(const std::vector<Tensor>& per_space, int b) const {

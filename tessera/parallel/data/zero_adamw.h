@@ -14,8 +14,10 @@
 // gives; the clip factor (and loss-scale) rides in AdamWArgs::grad_scale.
 //
 // Offloaded (ZeRO >= 1 over FlatParams with host shards): exp_avg and exp_avg_sq live in host
-// memory beside the master shard, each step downloads the reduced gradient shards bucket by
-// bucket (HostTransfers: bucket b + 1 travels while the CPU AdamW updates bucket b), and the
+// memory beside the master shard, the reduced gradient shards come down bucket by bucket
+// (HostTransfers), started by download_grad as each bucket's reduction is queued or completes
+// during backward (GradReducer's shard-ready hook), the rest by step(), which waits only for
+// the bucket it is about to update, and the
 // update also writes the master rounded to the compute dtype into a host buffer, for the
 // compute parameters to be gathered from (DataParallel::gather_rounded). The CPU and CUDA
 // AdamW give the same bits (tests/cuda/adamw_kernels_test.cpp), so offloading changes where
@@ -43,6 +45,15 @@ class ZeroAdamW {
   // One update of this rank's region from the reduced gradients, every gradient multiplied by
   // grad_scale first. Does not all-gather (the caller does, per stage).
   void step(const FlatParams& params, const GradReducer& grads, double grad_scale);
+
+  // Offloaded: starts bucket b's reduced gradient shard down to host memory now, for the next
+  // step() (GradReducer's shard-ready hook calls it; `after_compute` is the hook's).
+  void download_grad(const GradReducer& grads, int b, bool after_compute);
+  // Offloaded: how many buckets' downloads the last step() found started ahead of it.
+  int64_t early_downloads() const { return early_downloads_; }
+  // Offloaded: waits for the downloads in flight and forgets them (gradients about to be
+  // zeroed, a skipped step).
+  void drop_downloads();
 
   double lr() const { return options_.lr; }
   void set_lr(double lr);
@@ -112,6 +123,8 @@ class ZeroAdamW {
   HostTransfers* host_ = nullptr;
   DType rounded_dtype_ = DType::f32;
   std::vector<Tensor> host_grads_, rounded_;
+  std::vector<int> tickets_;  // per bucket: its download's HostTransfers ticket, or -1
+  int64_t early_downloads_ = 0;
   std::vector<uint64_t> rounded_version_;
   Device device_;
 };

@@ -25,6 +25,7 @@ class TimedWork final : public Work {
     clock_->add(since(start));
   }
   bool test() override { return inner_->test(); }
+  bool on_comm_stream() const override { return inner_->on_comm_stream(); }
 
  private:
   std::shared_ptr<Work> inner_;
