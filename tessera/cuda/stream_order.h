@@ -1,8 +1,8 @@
 #pragma once
 // StreamOrder: what a communication library needs from the backend serving Device::cuda(), so
 // that it can order its work against the kernels without calling the CUDA runtime itself: the
-// device, the compute stream (every kernel, copy and pool free), the communication stream, and
-// events between them. Both CUDA backends implement it, the GPU one over cudart and the
+// device, the compute stream (every kernel, copy and pool free), the communication stream, a
+// copy stream for transfers to host memory, and events between them. Both CUDA backends implement it, the GPU one over cudart and the
 // simulated one over the simulator's streams (tessera/cuda/sim/streams.h), so the NCCL
 // communicator is one source over either, and its ordering is checked in CI by the simulator's
 // deferred streams.
@@ -31,6 +31,9 @@ class StreamOrder {
   // Both open the device on first use and make it current on the calling host thread.
   virtual Stream compute_stream() = 0;
   virtual Stream comm_stream() = 0;
+  // Downloads to host memory (an offloaded optimizer's gradients, a staged snapshot), so that a
+  // copy over PCIe never holds up a collective queued after it on the communication stream.
+  virtual Stream copy_stream() = 0;
 
   // A new event recorded on `stream` after the work queued on it so far; release it with
   // destroy_event (an event may be destroyed while waits on it are still queued).

@@ -30,7 +30,9 @@ int64_t SnapshotStaging::stage(const std::vector<Tensor*>& tensors) {
     if (t->device().is_cpu())
       ops::copy_(host, *t);  // host state (an offloaded optimizer's): a plain copy
     else
-      transfers_.download(*t, host, /*after_compute=*/!ordered);
+      transfers_.download(*t, host,
+                          ordered ? parallel::HostTransfers::After::previous
+                                  : parallel::HostTransfers::After::compute);
     ordered = ordered || !t->device().is_cpu();
     at += t->numel();
     bytes += int64_t(t->nbytes());

@@ -29,6 +29,7 @@ class CudaBackend final : public Backend, public StreamOrder {
   bool simulated() const override;
   Stream compute_stream() override { return context_.compute_stream(); }
   Stream comm_stream() override { return context_.comm_stream(); }
+  Stream copy_stream() override { return context_.copy_stream(); }
   Event record_event(Stream stream) override;
   void stream_wait_event(Stream stream, Event event) override;
   bool event_done(Event event) override;

@@ -13,6 +13,7 @@ DeviceContext::~DeviceContext() {
     runtime::event_destroy(comm_done_);
     runtime::stream_destroy(compute_);
     runtime::stream_destroy(comm_);
+    runtime::stream_destroy(copy_);
   } catch (const Error&) {
   }
 }
@@ -26,6 +27,7 @@ void DeviceContext::ensure_started() {
     runtime::configure_pool(index_);
     compute_ = runtime::stream_create();
     comm_ = runtime::stream_create();
+    copy_ = runtime::stream_create();
     compute_done_ = runtime::event_create();
     comm_done_ = runtime::event_create();
   });
@@ -40,6 +42,11 @@ cudaStream_t DeviceContext::compute_stream() {
 cudaStream_t DeviceContext::comm_stream() {
   ensure_started();
   return comm_;
+}
+
+cudaStream_t DeviceContext::copy_stream() {
+  ensure_started();
+  return copy_;
 }
 
 void DeviceContext::comm_waits_for_compute() {
@@ -58,6 +65,7 @@ void DeviceContext::synchronize() {
   ensure_started();
   runtime::stream_synchronize(compute_);
   runtime::stream_synchronize(comm_);
+  runtime::stream_synchronize(copy_);
 }
 
 }  // namespace TESSERA_CUDA_ABI

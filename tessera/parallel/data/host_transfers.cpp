@@ -42,7 +42,7 @@ Tensor HostTransfers::host_empty(int64_t numel, DType dtype) const {
   return t;
 }
 
-int HostTransfers::download(const Tensor& src, const Tensor& dst, bool after_compute) {
+int HostTransfers::download(const Tensor& src, const Tensor& dst, After after) {
   TESSERA_CHECK(src.device() == device_ && dst.device().is_cpu() && src.dtype() == dst.dtype() &&
                     src.numel() == dst.numel() && src.is_contiguous() && dst.is_contiguous(),
                 "HostTransfers::download: expected a contiguous ", device_, " tensor and a host ",
@@ -55,14 +55,16 @@ int HostTransfers::download(const Tensor& src, const Tensor& dst, bool after_com
     return ticket;
   }
   cuda::StreamOrder& order = *order_for(device_);
-  if (after_compute) {
-    void* ready = order.record_event(order.compute_stream());
-    order.stream_wait_event(order.comm_stream(), ready);
+  void* copy = order.copy_stream();
+  if (after != After::previous) {
+    void* ready = order.record_event(after == After::compute ? order.compute_stream()
+                                                             : order.comm_stream());
+    order.stream_wait_event(copy, ready);
     order.destroy_event(ready);
   }
   order.copy_async(dst.data_ptr("offload download"), src.data_ptr("offload download"), dst.nbytes(),
-                   /*to_host=*/true, order.comm_stream());
-  events_.push_back(order.record_event(order.comm_stream()));
+                   /*to_host=*/true, copy);
+  events_.push_back(order.record_event(copy));
   waited_.push_back(false);
   return ticket;
 }

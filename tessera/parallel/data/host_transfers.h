@@ -2,14 +2,16 @@
 // HostTransfers: the copies between a device and host memory that an offloaded optimizer makes
 // each step (ZeRO-Offload, Ren et al. 2021): reduced gradients down, updated parameters up.
 //
-// On a CUDA device the host buffers are page-locked and the downloads run on the communication
+// On a CUDA device the host buffers are page-locked and the downloads run on the device's copy
 // stream, each followed by an event the host waits on before it reads that buffer. A download
-// of what the compute stream wrote first waits for an event from it (so it sees every kernel
-// queued before it); one of what a collective on the communication stream wrote is queued
-// right behind that collective, and travels while backward goes on. The uploads of the updated
-// parameters run on the same stream without the host waiting: the all-gather queued after each
-// upload there sees it, and end_uploads() makes the compute stream wait. On the CPU there is
-// nothing to move: buffers are plain host memory and a transfer is a copy.
+// first waits for an event from the stream whose work wrote its source: the compute stream
+// (kernels), or the communication stream (a collective's result, which then comes down while
+// backward goes on); or, for the further pieces of one snapshot, only for the downloads before
+// it. On their own stream, downloads never hold up a collective queued after them. The uploads
+// of the updated parameters run on the communication stream without the host waiting: the
+// all-gather queued after each upload there sees it, and end_uploads() makes the compute stream
+// wait. On the CPU there is nothing to move: buffers are plain host memory and a transfer is a
+// copy.
 //
 //   HostTransfers t(Device::cuda());
 //   Tensor host = t.host_empty(n, DType::f32);
@@ -35,12 +37,14 @@ class HostTransfers {
   // A contiguous [numel] host tensor, page-locked when the device is a GPU, zero-filled.
   Tensor host_empty(int64_t numel, DType dtype) const;
 
+  // What a download waits for on the device before it reads its source: the work queued so far
+  // on the compute stream (kernels wrote it), on the communication stream (a collective wrote
+  // it: Work::on_comm_stream), or only the downloads started before it (more of one snapshot,
+  // whose first download waited for what wrote them all).
+  enum class After : uint8_t { compute, comm, previous };
   // Starts copying contiguous device tensor `src` into host tensor `dst` (same dtype and
-  // element count) on the communication stream; returns the ticket to wait on.
-  // `after_compute`: the copy first waits for the compute stream's work queued so far (what
-  // wrote src); false: src was written by a collective already queued on the communication
-  // stream (Work::on_comm_stream), and the copy follows it there with no other wait.
-  int download(const Tensor& src, const Tensor& dst, bool after_compute = true);
+  // element count); returns the ticket to wait on.
+  int download(const Tensor& src, const Tensor& dst, After after = After::compute);
   // Blocks until download `ticket` has landed.
   void wait(int ticket);
   // Waits for every download still in flight and forgets the tickets.

@@ -133,9 +133,10 @@ void ZeroAdamW::download_grad(const GradReducer& grads, int b, bool after_comput
   TESSERA_CHECK(b >= 0 && b < int(tickets_.size()), "ZeroAdamW::download_grad: bucket ", b, " of ",
                 tickets_.size());
   // A second download of the same bucket (another backward before the step) queues behind the
-  // first on the same stream and lands last; the step waits for the newest.
+  // first on the copy stream and lands last; the step waits for the newest.
   tickets_[size_t(b)] =
-      host_->download(grads.shard_grad(b), host_region(host_grads_, b), after_compute);
+      host_->download(grads.shard_grad(b), host_region(host_grads_, b),
+                      after_compute ? HostTransfers::After::compute : HostTransfers::After::comm);
 }
 
 void ZeroAdamW::drop_downloads() {

@@ -1,6 +1,6 @@
 #pragma once
 // SnapshotStaging: a checkpoint's snapshot of GPU state without stalling the training loop.
-// At a save, every device tensor of the rank's part is downloaded on the communication stream
+// At a save, every device tensor of the rank's part is downloaded on the device's copy stream
 // (after an event from the compute stream, so the copies see every kernel queued before the
 // save) into page-locked host memory, and the loop goes on at once; the copies overlap the
 // next forward and backward. land(), called before the next optimizer update changes the
