@@ -2,10 +2,10 @@
 // StreamOrder: what a communication library needs from the backend serving Device::cuda(), so
 // that it can order its work against the kernels without calling the CUDA runtime itself: the
 // device, the compute stream (every kernel, copy and pool free), the communication stream, a
-// copy stream for transfers to host memory, and events between them. Both CUDA backends implement it, the GPU one over cudart and the
-// simulated one over the simulator's streams (tessera/cuda/sim/streams.h), so the NCCL
-// communicator is one source over either, and its ordering is checked in CI by the simulator's
-// deferred streams.
+// copy stream for transfers to host memory, and events between them. Both CUDA backends implement
+// it, the GPU one over cudart and the simulated one over the simulator's streams
+// (tessera/cuda/sim/streams.h), so the NCCL communicator is one source over either, and its
+// ordering is checked in CI by the simulator's deferred streams.
 //
 // Streams and events are cudaStream_t and cudaEvent_t (or the simulator's) behind void*, so
 // this header needs no CUDA header.

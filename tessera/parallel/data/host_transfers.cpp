@@ -57,8 +57,8 @@ int HostTransfers::download(const Tensor& src, const Tensor& dst, After after) {
   cuda::StreamOrder& order = *order_for(device_);
   void* copy = order.copy_stream();
   if (after != After::previous) {
-    void* ready = order.record_event(after == After::compute ? order.compute_stream()
-                                                             : order.comm_stream());
+    void* ready =
+        order.record_event(after == After::compute ? order.compute_stream() : order.comm_stream());
     order.stream_wait_event(copy, ready);
     order.destroy_event(ready);
   }
