@@ -1,5 +1,7 @@
 #include "tessera/train/detail/snapshot_staging.h"
 
+#include <utility>
+
 #include "tessera/core/backend.h"
 #include "tessera/core/error.h"
 #include "tessera/core/ops/movement.h"
@@ -23,17 +25,15 @@ int64_t SnapshotStaging::stage(const std::vector<Tensor*>& tensors) {
   transfers_.end_downloads();
   std::map<DType, int64_t> used;
   int64_t bytes = 0;
-  bool ordered = false;  // the first copy waits for the compute stream; the rest queue behind it
+  // The first download waits for the compute stream; the rest queue behind it.
+  auto after = parallel::HostTransfers::After::compute;
   for (Tensor* t : tensors) {
     int64_t& at = used[t->dtype()];
     Tensor host = ops::reshape(ops::narrow(buffers_.at(t->dtype()), 0, at, t->numel()), t->shape());
     if (t->device().is_cpu())
       ops::copy_(host, *t);  // host state (an offloaded optimizer's): a plain copy
     else
-      transfers_.download(*t, host,
-                          ordered ? parallel::HostTransfers::After::previous
-                                  : parallel::HostTransfers::After::compute);
-    ordered = ordered || !t->device().is_cpu();
+      transfers_.download(*t, host, std::exchange(after, parallel::HostTransfers::After::previous));
     at += t->numel();
     bytes += int64_t(t->nbytes());
     *t = host;

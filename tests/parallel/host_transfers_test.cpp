@@ -27,10 +27,6 @@ namespace {
 
 using After = HostTransfers::After;
 
-std::vector<float> host_values(const Tensor& t) {
-  return to_vector<float>(t);
-}
-
 TEST(HostTransfersN1, ADownloadWaitsForTheStreamThatWroteItsSource) {
   cuda::use_simulated_device();
   cuda::sim::ScopedStreamMode deferred(cuda::sim::StreamMode::deferred);
@@ -49,9 +45,9 @@ TEST(HostTransfersN1, ADownloadWaitsForTheStreamThatWroteItsSource) {
   // Queued behind the first on the copy stream: it sees what the first waited for.
   const int second = transfers.download(b, hb, After::previous);
   transfers.wait(second);
-  EXPECT_EQ(host_values(hb), fives) << "After::previous read b before its kernel ran";
+  EXPECT_EQ(to_vector<float>(hb), fives) << "After::previous read b before its kernel ran";
   transfers.end_downloads();
-  EXPECT_EQ(host_values(ha), twos) << "After::compute read a before its kernel ran";
+  EXPECT_EQ(to_vector<float>(ha), twos) << "After::compute read a before its kernel ran";
 
   // A write queued on the communication stream, as a collective's result is (an upload from
   // host memory stands in for it): a download after the communication stream sees it.
@@ -61,7 +57,7 @@ TEST(HostTransfersN1, ADownloadWaitsForTheStreamThatWroteItsSource) {
                    order.comm_stream());
   const int after_comm = transfers.download(a, ha, After::comm);
   transfers.wait(after_comm);
-  EXPECT_EQ(host_values(ha), threes) << "After::comm read a before the write queued there ran";
+  EXPECT_EQ(to_vector<float>(ha), threes) << "After::comm read a before the write queued there ran";
   transfers.end_downloads();
 
   // The communication stream does not carry the downloads: running it up to a later point
@@ -71,10 +67,10 @@ TEST(HostTransfersN1, ADownloadWaitsForTheStreamThatWroteItsSource) {
   void* later = order.record_event(order.comm_stream());
   order.event_synchronize(later);
   order.destroy_event(later);
-  EXPECT_EQ(host_values(hc), std::vector<float>(n, 0.0f))
+  EXPECT_EQ(to_vector<float>(hc), std::vector<float>(n, 0.0f))
       << "the download ran with the communication stream";
   transfers.end_downloads();
-  EXPECT_EQ(host_values(hc), threes);
+  EXPECT_EQ(to_vector<float>(hc), threes);
   backend_for(Device::cuda()).synchronize();
 }
 

@@ -37,8 +37,8 @@
 //
 // A shard-ready hook (set_shard_ready_hook) hears of each bucket as soon as its shard holds the
 // step's final gradient, so an offloaded optimizer can start the bucket's download during
-// backward: over NCCL right behind the reduce-scatter on the communication stream (the bucket
-// was not accumulated into and has no tied copy), otherwise when the reducer sees the
+// backward: over NCCL as soon as the reduce-scatter is queued on the communication stream (the
+// bucket was not accumulated into and has no tied copy), otherwise when the reducer sees the
 // reduction complete, or from finish() for tied buckets and at ZeRO 0.
 //
 // Compression (grad_compression.h): bf16 sends each bucket as bf16 through the widening
@@ -124,7 +124,7 @@ class GradReducer {
   // the reduced gradient the optimizer will read. `after_compute`: the shard's last write
   // was on the compute stream or the host, so a device copy of it must follow the compute
   // stream's work so far; false: it is the reduce-scatter just queued on the communication
-  // stream (Work::on_comm_stream), which a copy queued behind it there sees.
+  // stream (Work::on_comm_stream), so a copy ordered after that stream's work so far sees it.
   using ShardReadyHook = std::function<void(int bucket, bool after_compute)>;
   void set_shard_ready_hook(ShardReadyHook hook) { shard_ready_ = std::move(hook); }
 

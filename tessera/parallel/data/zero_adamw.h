@@ -14,12 +14,12 @@
 // gives; the clip factor (and loss-scale) rides in AdamWArgs::grad_scale.
 //
 // Offloaded (ZeRO >= 1 over FlatParams with host shards): exp_avg and exp_avg_sq live in host
-// memory beside the master shard, the reduced gradient shards come down bucket by bucket
-// (HostTransfers), started by download_grad as each bucket's reduction is queued or completes
-// during backward (GradReducer's shard-ready hook), the rest by step(), which waits only for
-// the bucket it is about to update, and the
-// update also writes the master rounded to the compute dtype into a host buffer, for the
-// compute parameters to be gathered from (DataParallel::gather_rounded). The CPU and CUDA
+// memory beside the master shard. The reduced gradient shards come down bucket by bucket
+// (HostTransfers): download_grad starts each as its reduction is queued or completes during
+// backward (GradReducer's shard-ready hook), step() starts the rest and waits only for the
+// bucket it is about to update. The update also writes the master rounded to the compute dtype
+// into a host buffer, for the compute parameters to be gathered from
+// (DataParallel::gather_rounded). The CPU and CUDA
 // AdamW give the same bits (tests/cuda/adamw_kernels_test.cpp), so offloading changes where
 // the update runs, never its result.
 
