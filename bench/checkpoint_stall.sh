@@ -31,6 +31,8 @@
 #   DEVICE=cuda PRECISION=bf16  on a GPU machine (ranks share the visible GPUs by local rank):
 #                             DEVICE=cuda DP=1 EVERY=10 MODES="sharded staged,sharded stream,sharded copy"
 #                             bench/checkpoint_stall.sh 21 2
+#   MPIEXEC=path              the launcher (default: mpiexec on PATH)
+#   JSON=path                 also append one JSON line per mode there (the device check's rows)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${TESSERA_BIN:-$PWD/build/tools/tessera}
@@ -51,7 +53,7 @@ wall() {  # wall <checkpoint-every> <flags...>: seconds of one run
   rm -rf "$work/run"
   local t0 t1
   t0=$(date +%s%N)
-  mpiexec -n "$dp" "$BIN" train --train-data "$work/corpus/data/data_train_*.bin" --model "$model" \
+  "${MPIEXEC:-mpiexec}" -n "$dp" "$BIN" train --train-data "$work/corpus/data/data_train_*.bin" --model "$model" \
     --batch-size 2 --seq-len 64 --threads 1 --dp "$dp" --max-steps "$steps" --checkpoint-every "$every" \
     --keep-checkpoints 2 --sample-tokens 0 --device "$device" --precision "$precision" \
     --run-dir "$work/run" "$@" >/dev/null
@@ -104,6 +106,15 @@ PY
   share_wall=$(awk -v x="$wall_save" -v m="$step_ms" -v i="$interval" 'BEGIN { printf "%.1f%%", 100 * x / (i * m / 1000 + x) }')
   printf '%-16s %8s %8s %10s %11.1f %9.0f %12s %12s %12.0f\n' "$mode" "$t_end" "$t_every" "$wall_save" \
     "$stall_ms" "$step_ms" "$share" "$share_wall" "$(awk -v b="$extra" 'BEGIN { print b / 1e6 }')"
+  if [ -n "${JSON:-}" ]; then
+    awk -v mode="$mode" -v dev="$device" -v dp="$dp" -v i="$interval" -v x="$stall_ms" \
+      -v m="$step_ms" -v w="$wall_save" -v e="$extra" -v ends="$t_end" -v every="$t_every" 'BEGIN {
+      printf "{\"mode\": \"%s\", \"device\": \"%s\", \"dp\": %d, \"interval\": %d, ", mode, dev, dp, i
+      printf "\"direct_ms\": %.3f, \"step_ms\": %.3f, \"wall_per_save_s\": %.4f, ", x, m, w
+      printf "\"direct_share\": %.4f, \"wall_share\": %.4f, ", 100 * x / (i * m + x), 100 * w / (i * m / 1000 + w)
+      printf "\"extra_mb\": %.1f, \"end_only_s\": %s, \"with_saves_s\": %s}\n", e / 1e6, ends, every
+    }' >> "$JSON"
+  fi
 done
 du -sb "$work/run/checkpoints/$(printf 'step_%08d' "$steps")" |
   awk '{ printf "checkpoint: %d bytes\n", $1 }'

@@ -20,6 +20,17 @@
 #                   bf16 steps of the training engine on Device::cuda() through it
 #                   -----
 #                   540 s
+#   serve    150 s  (off by default: --stages serve) `tessera serve --device cuda` under load
+#                   (bench/serve_load.py): a GPT-2-small-shaped model, 64 prompts at once,
+#                   static batching against continuous at three batch sizes; the serving
+#                   goal, continuous >= 2x static's tokens/s at equal or better median TPOT
+#   collectives 90 s  (off by default) the MPI communicator against plain MPI in one run
+#                   (bench_collectives) at 2 and 4 ranks, each on a core of its own: the
+#                   efficiency goals, <= 1.5x MPI's time up to 64 KiB, within 10% from 1 MiB
+#   checkpoint 150 s  (off by default) the training loop's stall per sharded checkpoint at dp2
+#                   on the CPU cores (bench/checkpoint_stall.sh, a save every 10 of 21 steps,
+#                   stream and staged snapshots): the resilience goal, <= 1% of ten steps,
+#                   where the writer threads have cores to themselves
 #   multigpu 300 s  (off by default: --stages ...,multigpu) the NCCL tests and the layout-
 #                   equivalence cases on 2, 4 and 8 GPUs, as many as are visible, one rank per
 #                   GPU under the carried mpiexec
@@ -51,9 +62,9 @@ set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REPORT="$ROOT/bench/gpu_check_report.py"
-ORDER=(build kernels parity rates step nccl multigpu)
+ORDER=(build kernels parity rates step nccl serve collectives checkpoint multigpu)
 declare -A LIMIT=([build]=180 [kernels]=75 [parity]=60 [rates]=75 [step]=120 [nccl]=30
-                  [multigpu]=300)
+                  [serve]=150 [collectives]=90 [checkpoint]=150 [multigpu]=300)
 
 OUT="" STAGES="build,kernels,parity,rates,step,nccl" BUILD="$ROOT/build-gpu-check"
 DEPS="$ROOT/.gpu_deps" BUDGET="" JOBS="$(nproc)" ARCH="${ARCH:-90}" REHEARSE=0 PREBUILT=""
@@ -104,6 +115,12 @@ DEVICE_MODE=gpu
 row() { python3 "$REPORT" row "$RESULTS" "$STAGE" "$@"; }
 # The reason a GPU-only check does not run in a rehearsal.
 no_gpu() { row "$1" skipped "no GPU: rehearsal on the simulated device"; }
+# The MPI launcher: the carried MPICH's, or the system's in a rehearsal (whose binaries link it).
+launcher() {
+  local m="$PREFIX/usr/bin/mpiexec.hydra"
+  { [ "$REHEARSE" = 0 ] && [ -x "$m" ]; } || m=$(command -v mpiexec)
+  echo "$m"
+}
 # Needs NAME...: true when every binary exists; otherwise one "not run" row.
 needs() {
   local missing=()
@@ -202,6 +219,8 @@ stage_build() {
     case "$s" in
       kernels) targets+=(test_cuda test_ops) ;;
       parity) targets+=(test_cuda tessera_cli) ;;
+      serve | checkpoint) targets+=(tessera_cli) ;;
+      collectives) targets+=(bench_collectives) ;;
       rates) targets+=(bench_gpu) ;;
       step) targets+=(bench_train_step) ;;
       nccl | multigpu) targets+=(test_parallel) ;;
@@ -332,6 +351,80 @@ stage_nccl() {
     --gtest_filter='CudaLayoutN1.*'
 }
 
+stage_serve() {
+  CHECK="serve load benchmark"
+  needs tools/tessera || return
+  local data="$WORK/serve_data" run="$WORK/serve_model"
+  # The GPU serves a GPT-2-small shape (12 x 768, byte vocabulary): a decode iteration reads the
+  # weights once whatever the batch, the regime continuous batching is for. The rehearsal runs
+  # the same plumbing on the CPU with a small model and little traffic, and reports no goal.
+  local device=cuda model='{"n_layer": 12, "n_head": 12, "n_kv_head": 12, "n_embd": 768, "block_size": 512}'
+  local load=(--num-prompts 64 --output-len 4,256 --threads 4
+              --modes static:8:512,continuous:8:512,continuous:16:512,continuous:32:1024)
+  local goal=()
+  if [ "$REHEARSE" = 1 ]; then
+    device=cpu model='{"n_layer": 2, "n_head": 4, "n_kv_head": 4, "n_embd": 128, "block_size": 512}'
+    load=(--num-prompts 8 --output-len 4,16 --threads 2 --modes static:4:64,continuous:4:64)
+    goal=(--no-goal "no GPU: rehearsal on the CPU, whose decode iterations cost per token")
+  fi
+  rm -rf "$data" "$run"
+  if ! "$BIN/tools/tessera" prepare --input "$ROOT/docs" --ext .md --tokenizer byte \
+      --output "$data" --prefix text --val-fraction 0.05 > "$WORK/logs/serve_prepare.log" 2>&1 \
+    || ! "$BIN/tools/tessera" train --train-data "$data/text_train_*.bin" --tokenizer byte \
+      --model "$model" --batch-size 2 --seq-len 128 --max-steps 1 --device "$device" \
+      --resume never --run-dir "$run" > "$WORK/logs/serve_model.log" 2>&1; then
+    row "$CHECK" failed "the model to serve: $(tail -2 "$WORK/logs/serve_model.log" "$WORK/logs/serve_prepare.log" 2> /dev/null | tr '\n' ' ' | cut -c1-300)"
+    return
+  fi
+  local json="$WORK/serve_load.json"
+  rm -f "$json"
+  python3 "$ROOT/bench/serve_load.py" --tessera "$BIN/tools/tessera" --model "$run" \
+    --device "$device" --rates inf --output-dist exponential "${load[@]}" --out "$json" \
+    > "$WORK/logs/serve_load.log" 2>&1
+  python3 "$REPORT" serve "$RESULTS" "$STAGE" "$json" "$WORK/logs/serve_load.log" $? "${goal[@]}"
+}
+
+stage_collectives() {
+  CHECK="bench_collectives"
+  needs bench/bench_collectives || return
+  local mpiexec ranks=(2 4) filter=() goal=()
+  mpiexec=$(launcher)
+  if [ "$REHEARSE" = 1 ]; then  # the plumbing, on two sizes; 2 cores judge nothing
+    ranks=(2) filter=(--benchmark_filter='/(1024|1048576)/')
+    goal=(--no-goal "rehearsal: a shared 2-core machine")
+  fi
+  for n in "${ranks[@]}"; do
+    if [ "$n" -gt "$(nproc)" ]; then
+      row "bench_collectives, $n ranks" skipped "$(nproc) cores: the goals are for a core per rank"
+      continue
+    fi
+    local json="$WORK/collectives_n$n.json"
+    rm -f "$json"
+    OMP_NUM_THREADS=1 "$mpiexec" -n "$n" "$BIN/bench/bench_collectives" "${filter[@]}" \
+      --benchmark_out="$json" --benchmark_out_format=json > "$WORK/logs/collectives_n$n.log" 2>&1
+    python3 "$REPORT" collectives "$RESULTS" "$STAGE" "$json" "$WORK/logs/collectives_n$n.log" $? \
+      "$n" "${goal[@]}"
+  done
+}
+
+stage_checkpoint() {
+  CHECK="checkpoint stall"
+  needs tools/tessera || return
+  local json="$WORK/checkpoint_stall.jsonl" steps=21 goal=() env=()
+  # One run each of the saving and the end-only run: on an idle many-core machine the wall
+  # times repeat (on 2 shared cores they varied by 40% between runs, docs/benchmarks.md).
+  if [ "$REHEARSE" = 1 ]; then
+    steps=5 env=(MODEL='{"n_layer": 2, "n_head": 4, "n_kv_head": 4, "n_embd": 128, "block_size": 64}' EVERY=2)
+    goal=(--no-goal "rehearsal: a tiny model on a shared 2-core machine")
+  fi
+  rm -f "$json"
+  env TESSERA_BIN="$BIN/tools/tessera" MPIEXEC="$(launcher)" JSON="$json" DP=2 EVERY=10 \
+    MODES="sharded stream,sharded staged" "${env[@]}" bash "$ROOT/bench/checkpoint_stall.sh" \
+    "$steps" 1 > "$WORK/logs/checkpoint_stall.log" 2>&1
+  python3 "$REPORT" checkpoint "$RESULTS" "$STAGE" "$json" "$WORK/logs/checkpoint_stall.log" $? \
+    "${goal[@]}"
+}
+
 stage_multigpu() {
   local gpus
   gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU ' || true)
@@ -345,8 +438,8 @@ stage_multigpu() {
     return
   fi
   needs tests/test_parallel || return
-  local mpiexec="$PREFIX/usr/bin/mpiexec.hydra"
-  [ -x "$mpiexec" ] || mpiexec=$(command -v mpiexec)
+  local mpiexec
+  mpiexec=$(launcher)
   for n in 2 4 8; do
     [ "$gpus" -ge "$n" ] || break
     CHECK="NCCL and layout equivalence on $n GPUs"
@@ -444,6 +537,7 @@ if [ "$REHEARSE" = 1 ]; then
   # The verdicts a rehearsal expects: GPU-only rows skipped, everything else passed; a planted
   # stage's test rows failed.
   expect=("parity/tessera train --device cuda=skipped" "rates=skipped" "step=skipped" "nccl=skipped"
+          "serve/at equal or better median TPOT=skipped" "collectives=skipped" "checkpoint=skipped"
           "multigpu=skipped")
   [ -n "$PLANT" ] && expect=("$PLANT/^(kernel|op harness|GPT-2 parity)=failed" "${expect[@]}")
   stages=()

@@ -6,7 +6,8 @@ Every check is one JSON line in results.jsonl:
      "detail": "why, or the figures in words", "figures": {...}}
 Only "passed" passes: a skipped test, a skipped benchmark and a stage left out for time all
 count against the run. Each subcommand turns one tool's output (gtest JSON, Google Benchmark
-JSON, metrics.jsonl, the GPT-2 step JSON) into rows, or renders the table.
+JSON, metrics.jsonl, the GPT-2 step JSON, the serving load JSON, the checkpoint stall's JSON
+lines) into rows, or renders the table.
 """
 
 import argparse
@@ -202,6 +203,102 @@ def cmd_step(a):
                f"{r:.2f}x (target >= 1.3x)", {"ratio": r})
 
 
+# ---- serving under load ------------------------------------------------------------------------
+GOAL = "continuous >= 2x static's output tokens/s at equal or better median TPOT"
+
+
+def cmd_serve(a):
+    """Rows for bench/serve_load.py's JSON: one per batching mode with its figures, and the
+    serving goal (docs/serving.md): against each static run, the continuous configuration of
+    highest throughput whose median TPOT is no worse must give at least twice the tokens/s."""
+    try:
+        load = json.load(open(a.json))
+    except (OSError, ValueError):
+        why = "timed out" if a.rc in (124, 137, 143) else f"exit {a.rc}"
+        append(a.results, a.stage, "serve load benchmark", "failed", f"{why}: {log_tail(a.log)}")
+        return
+    for r in load["runs"]:
+        detail = (f"{r['output_throughput']:.1f} output tok/s, median TPOT "
+                  f"{r['tpot_ms']['median']:.2f} ms, median TTFT {r['ttft_ms']['median']:.0f} ms, "
+                  f"{r['completed']} requests in {r['duration_s']:.1f} s")
+        figures = {k: r[k] for k in ("output_throughput", "tpot_ms", "ttft_ms", "itl_ms",
+                                     "duration_s")}
+        append(a.results, a.stage, f"serve {r['mode']}, rate {r['rate']}", "passed", detail, figures)
+    for g in load.get("at_equal_tpot", []):
+        check = f"{GOAL} (rate {g['rate']})"
+        if a.no_goal:
+            append(a.results, a.stage, check, "skipped", a.no_goal)
+        elif g["continuous"] is None:
+            append(a.results, a.stage, check, "failed",
+                   f"no continuous configuration reached {g['static']}'s median TPOT of "
+                   f"{g['static_tpot_ms']:.2f} ms")
+        else:
+            ratio = g["throughput_ratio"]
+            append(a.results, a.stage, check, "passed" if ratio >= 2 else "failed",
+                   f"{g['continuous']} {ratio:.2f}x {g['static']} at median TPOT "
+                   f"{g['continuous_tpot_ms']:.2f} ms against {g['static_tpot_ms']:.2f} ms", g)
+
+
+# ---- collectives against plain MPI --------------------------------------------------------------
+def cmd_collectives(a):
+    """Rows for bench_collectives' JSON at one rank count: per collective, the worst ratio of
+    the Communicator's time to plain MPI's (vs_mpi, measured just before in the same run) for
+    buffers up to 64 KiB (goal <= 1.5x: latency) and from 1 MiB up (goal <= 1/0.9: within 10%
+    of MPI's bus bandwidth)."""
+    try:
+        runs = json.load(open(a.json))["benchmarks"]
+    except (OSError, ValueError, KeyError):
+        why = "timed out" if a.rc in (124, 137, 143) else f"exit {a.rc}"
+        append(a.results, a.stage, f"bench_collectives, {a.ranks} ranks", "failed",
+               f"{why}: {log_tail(a.log)}")
+        return
+    regimes = (("up to 64 KiB", lambda b: b <= 64 << 10, 1.5),
+               ("from 1 MiB", lambda b: b >= 1 << 20, 1 / 0.9))
+    for name in ("AllReduce", "ReduceScatter", "AllGather"):
+        rows = [b for b in runs if b["name"].startswith(f"BM_{name}/") and "vs_mpi" in b]
+        for label, within, goal in regimes:
+            check = f"{name}, {a.ranks} ranks, {label}: <= {goal:.2f}x plain MPI's time"
+            sel = [b for b in rows if within(int(b["name"].split("/")[1]))]
+            if not sel:
+                append(a.results, a.stage, check, "failed", "no row with vs_mpi in the JSON")
+                continue
+            worst = max(sel, key=lambda b: b["vs_mpi"])
+            detail = (f"worst {worst['vs_mpi']:.2f}x at {worst['name'].split('/')[1]} B; "
+                      + ", ".join(f"{b['name'].split('/')[1]} B {b['vs_mpi']:.2f}x" for b in sel))
+            figures = {b["name"].split("/")[1]: b["vs_mpi"] for b in sel}
+            if a.no_goal:
+                append(a.results, a.stage, check, "skipped", f"{a.no_goal}; {detail}", figures)
+            else:
+                append(a.results, a.stage, check, "passed" if worst["vs_mpi"] <= goal else "failed",
+                       detail, figures)
+
+
+# ---- checkpoint stall -------------------------------------------------------------------------
+def cmd_checkpoint(a):
+    """Rows for bench/checkpoint_stall.sh's JSON lines: per snapshot mode, the loop's own stall
+    per save and the wall-clock cost per save, each amortised over the save interval; the goal
+    (the resilience issue) is at most 1% of the interval's time, wall-clock included."""
+    try:
+        modes = [json.loads(line) for line in open(a.json) if line.strip()]
+    except (OSError, ValueError):
+        modes = []
+    if not modes:
+        why = "timed out" if a.rc in (124, 137, 143) else f"exit {a.rc}"
+        append(a.results, a.stage, "checkpoint stall", "failed", f"{why}: {log_tail(a.log)}")
+        return
+    for m in modes:
+        check = (f"checkpoint stall, {m['mode']}, dp {m['dp']}, {m['device']}: <= 1% of "
+                 f"{m['interval']} steps")
+        detail = (f"direct {m['direct_ms']:.1f} ms a save ({m['direct_share']:.2f}%), wall "
+                  f"{1000 * m['wall_per_save_s']:.0f} ms a save ({m['wall_share']:.2f}%), step "
+                  f"{m['step_ms']:.0f} ms, extra {m['extra_mb']:.0f} MB")
+        worst = max(m["direct_share"], m["wall_share"])
+        if a.no_goal:
+            append(a.results, a.stage, check, "skipped", f"{a.no_goal}; {detail}", m)
+        else:
+            append(a.results, a.stage, check, "passed" if worst <= 1.0 else "failed", detail, m)
+
+
 # ---- the table --------------------------------------------------------------------------------
 def cmd_table(a):
     rows = read_rows(a.results)
@@ -213,9 +310,10 @@ def cmd_table(a):
     lines.append("")
     width = max([len(r["check"]) for r in rows] + [20])
     width = min(width, 56)
-    lines.append(f"{'stage':8s} {'check':{width}s} {'result':8s} detail")
+    sw = max([len(r["stage"]) for r in rows] + [8])
+    lines.append(f"{'stage':{sw}s} {'check':{width}s} {'result':8s} detail")
     for r in rows:
-        lines.append(f"{r['stage']:8s} {r['check'][:width]:{width}s} {r['status']:8s} {r['detail']}")
+        lines.append(f"{r['stage']:{sw}s} {r['check'][:width]:{width}s} {r['status']:8s} {r['detail']}")
     counts = {s: sum(r["status"] == s for r in rows) for s in STATUSES}
     lines.append("")
     lines.append(", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(rows)} rows")
@@ -279,6 +377,21 @@ def main():
     s.add_argument("results"), s.add_argument("stage"), s.add_argument("json")
     s.add_argument("log"), s.add_argument("rc", type=int)
 
+    sv = sub.add_parser("serve")
+    sv.add_argument("results"), sv.add_argument("stage"), sv.add_argument("json")
+    sv.add_argument("log"), sv.add_argument("rc", type=int)
+    sv.add_argument("--no-goal", default="", help="report the goal as skipped, with this reason")
+
+    co = sub.add_parser("collectives")
+    co.add_argument("results"), co.add_argument("stage"), co.add_argument("json")
+    co.add_argument("log"), co.add_argument("rc", type=int), co.add_argument("ranks", type=int)
+    co.add_argument("--no-goal", default="", help="report the goals as skipped, with this reason")
+
+    ck = sub.add_parser("checkpoint")
+    ck.add_argument("results"), ck.add_argument("stage"), ck.add_argument("json")
+    ck.add_argument("log"), ck.add_argument("rc", type=int)
+    ck.add_argument("--no-goal", default="", help="report the goal as skipped, with this reason")
+
     tb = sub.add_parser("table")
     tb.add_argument("results"), tb.add_argument("--machine"), tb.add_argument("--title")
     tb.add_argument("--seconds", help="stage_seconds.tsv: each stage's wall seconds")
@@ -290,7 +403,8 @@ def main():
     a = p.parse_args()
     {"row": lambda: append(a.results, a.stage, a.check, a.status, a.detail),
      "gtest": lambda: cmd_gtest(a), "bench": lambda: cmd_bench(a), "train": lambda: cmd_train(a),
-     "step": lambda: cmd_step(a), "table": lambda: cmd_table(a),
+     "step": lambda: cmd_step(a), "serve": lambda: cmd_serve(a),
+     "collectives": lambda: cmd_collectives(a), "checkpoint": lambda: cmd_checkpoint(a), "table": lambda: cmd_table(a),
      "verdicts": lambda: cmd_verdicts(a)}[a.cmd]()
 
 

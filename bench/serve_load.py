@@ -76,6 +76,8 @@ def parse_mode(spec, args):
 def start_server(args, batching, max_running, max_batch_tokens):
     cmd = [args.tessera, "serve", "--model", args.model, "--port", "0", "--batching", batching,
            "--max-running", str(max_running), "--max-batch-tokens", str(max_batch_tokens)]
+    if args.device:
+        cmd += ["--device", args.device]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     if args.kv_blocks:
@@ -193,6 +195,8 @@ def main():
     ap.add_argument("--max-batch-tokens", type=int, default=2048)
     ap.add_argument("--kv-blocks", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--device", default="", help="what `tessera serve --device` takes "
+                    "(default: the server's own, the CPU)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="")
     ap.add_argument("--plot", default="")

@@ -6,7 +6,8 @@
 #      kernel, op-harness and GPT parity tests pass on the simulated device; GPU-only rows are
 #      "skipped: no GPU"; the script's own verdict check passes;
 #   2. a second call reusing that build (--stages without build), with a planted failure in
-#      the kernels stage: its rows fail, the later stages still run and report;
+#      the kernels stage: its rows fail, the later stages still run and report (the serving
+#      stage among them, its load benchmark on the CPU);
 #   3. a run killed with SIGKILL after the kernels stage (the 10-minute wall, cut short on
 #      purpose): the output folder holds the finished stage's rows and nothing of the next;
 #   4. a stage past its limit is stopped and says so, and a stage that no longer fits the
@@ -59,12 +60,15 @@ grep -q 'logs/test_cuda.log' "$dir/full_logs.txt" || fail "full: test_cuda.log n
 
 echo "== 2. second call, planted failure"
 "$check" --rehearse --prebuilt "$bin" --build "$dir/build" --out "$dir/planted" --jobs 2 \
-  --stages kernels,parity,rates --plant-failure kernels > "$dir/planted.log" 2>&1 \
+  --stages kernels,parity,rates,serve --plant-failure kernels > "$dir/planted.log" 2>&1 \
   || { tail -20 "$dir/planted.log"; fail "the planted rehearsal's verdicts are not as expected"; }
 expect "$dir/planted" kernels "kernel and backend" failed
 expect "$dir/planted" kernels "op harness, f32" failed
 expect "$dir/planted" parity "GPT-2 parity, fp32" passed
 expect "$dir/planted" rates "BM_CopyBandwidth" skipped
+expect "$dir/planted" serve "serve static:4:64" passed
+expect "$dir/planted" serve "serve continuous:4:64" passed
+expect "$dir/planted" serve "at equal or better median TPOT" skipped
 grep -q "rehearsal: .* rows, 0 not as expected" "$dir/planted.log" \
   || fail "planted: the script did not finish with its verdict line"
 
@@ -75,7 +79,7 @@ rc=$?
 [ "$rc" = 137 ] || fail "killed: exit $rc, expected 137 (SIGKILL)"
 expect "$dir/killed" kernels "kernel and backend" passed
 expect "$dir/killed" parity "GPT-2 parity" absent
-grep -q "kernels  kernel and backend" "$dir/killed/table.txt" || fail "killed: table.txt lacks the kernels rows"
+grep -qE "kernels +kernel and backend" "$dir/killed/table.txt" || fail "killed: table.txt lacks the kernels rows"
 [ -z "$(ls "$dir/killed" | grep '\.tmp$')" ] || fail "killed: a temporary file was left in the output folder"
 
 echo "== 4. a stage past its limit; a stage past the budget"
