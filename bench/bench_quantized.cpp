@@ -99,8 +99,15 @@ void BM_DecodeQ8(benchmark::State& state) { decode(state, true); }
 
 BENCHMARK(BM_LinearF32)->Apply(linear_shapes);
 BENCHMARK(BM_LinearQ8)->Apply(linear_shapes);
-BENCHMARK(BM_DecodeF32)->Arg(1)->Arg(16)->ArgName("M")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_DecodeQ8)->Arg(1)->Arg(16)->ArgName("M")->UseRealTime()->Unit(benchmark::kMillisecond);
+// Batches 1 to 16: a step's cost against its batch, a + c·M, is what decides whether batching
+// more sequences costs their latency (docs/benchmarks.md, serving).
+void decode_batches(benchmark::internal::Benchmark* b) {
+  for (int64_t m : {1, 2, 4, 8, 16}) b->Arg(m);
+  b->ArgName("M")->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_DecodeF32)->Apply(decode_batches);
+BENCHMARK(BM_DecodeQ8)->Apply(decode_batches);
 
 }  // namespace
 }  // namespace tessera::bench
