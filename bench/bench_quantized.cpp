@@ -1,5 +1,6 @@
 // Weight-only INT8 (Q8_0) against f32: the linear layer alone and a whole decode step, at
-// batch 1 and 16, in the same run.
+// batch 1 to 16, in the same run; and f32 on Eigen alone (BM_*F32Eigen: the thin GEMM of
+// cpu/thin_gemm.h switched off), which the thin GEMM replaces for up to 8 rows.
 //
 //   BM_LinearF32 / BM_LinearQ8   x [M, K] times a [N, K] weight: a GPT-2-small MLP projection
 //                                (768 -> 3072) and its Llama-7B-sized cousin (4096 -> 11008).
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "bench/counters.h"
+#include "tessera/core/cpu/thin_gemm.h"
 
 namespace tessera::bench {
 namespace {
@@ -24,6 +26,13 @@ void set_linear_counters(benchmark::State& state, int64_t m, int64_t k, int64_t 
   state.counters["threads"] = double(num_threads());
 }
 
+// The thin GEMM switched off for one benchmark (Eigen's GEBP, or its GEMV at M = 1), back on
+// after it.
+struct EigenOnly {
+  EigenOnly() { cpu::set_thin_gemm_enabled(false); }
+  ~EigenOnly() { cpu::set_thin_gemm_enabled(true); }
+};
+
 void BM_LinearF32(benchmark::State& state) {
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
   Generator gen(1);
@@ -34,6 +43,11 @@ void BM_LinearF32(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data_ptr());
   }
   set_linear_counters(state, m, k, n, 4.0 * double(n * k));
+}
+
+void BM_LinearF32Eigen(benchmark::State& state) {
+  const EigenOnly eigen;
+  BM_LinearF32(state);
 }
 
 void BM_LinearQ8(benchmark::State& state) {
@@ -50,7 +64,7 @@ void BM_LinearQ8(benchmark::State& state) {
 }
 
 void linear_shapes(benchmark::internal::Benchmark* b) {
-  for (int64_t m : {1, 16}) {
+  for (int64_t m : {1, 2, 4, 8, 16}) {
     b->Args({m, 768, 3072});
     b->Args({m, 4096, 11008});
   }
@@ -96,8 +110,13 @@ void decode(benchmark::State& state, bool quantized) {
 
 void BM_DecodeF32(benchmark::State& state) { decode(state, false); }
 void BM_DecodeQ8(benchmark::State& state) { decode(state, true); }
+void BM_DecodeF32Eigen(benchmark::State& state) {
+  const EigenOnly eigen;
+  decode(state, false);
+}
 
 BENCHMARK(BM_LinearF32)->Apply(linear_shapes);
+BENCHMARK(BM_LinearF32Eigen)->Apply(linear_shapes);
 BENCHMARK(BM_LinearQ8)->Apply(linear_shapes);
 // Batches 1 to 16: a step's cost against its batch, a + c·M, is what decides whether batching
 // more sequences costs their latency (docs/benchmarks.md, serving).
@@ -107,6 +126,7 @@ void decode_batches(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_DecodeF32)->Apply(decode_batches);
+BENCHMARK(BM_DecodeF32Eigen)->Apply(decode_batches);
 BENCHMARK(BM_DecodeQ8)->Apply(decode_batches);
 
 }  // namespace

@@ -1,6 +1,6 @@
 // CPU GEMM on Eigen. Compute-bound except for thin shapes: Eigen's blocked GEBP kernel packs
 // panels of both operands into cache-sized blocks and runs a register-tiled micro-kernel, so a
-// large f32 product reaches most of the core's FMA peak. An f32 product of up to 8 rows in a
+// large f32 product reaches most of the core's FMA peak. An f32 product of 2 to 8 rows in a
 // linear layer's layout (decode) takes cpu/thin_gemm.h instead, which reads the weight once.
 //
 // Operands are mapped in place (Eigen::Map with an outer stride), row- or column-major by which
@@ -169,18 +169,27 @@ void gemm(const char* name, const Tensor& a, const Tensor& b, const Tensor& bias
   Dims d{out.size(0), out.size(1), out.size(2), args.trans_a ? a.size(1) : a.size(2)};
   Operand oa = operand(a, args.trans_a, name), ob = operand(b, args.trans_b, name);
   // A linear layer's forward on a few rows (decode): the thin path (cpu/thin_gemm.h) reads the
-  // weight once instead of packing it.
-  if (out.dtype() == DType::f32 && d.m <= cpu::kThinGemmRows && oa.row_major && !ob.row_major &&
-      args.alpha == 1.0f && args.beta == 0.0f && cpu::thin_gemm_available()) {
+  // weight once instead of packing it. One row stays on Eigen's GEMV, which reads as fast.
+  if (out.dtype() == DType::f32 && d.m >= 2 && d.m <= cpu::kThinGemmRows && oa.row_major &&
+      !ob.row_major && args.alpha == 1.0f && args.beta == 0.0f && cpu::thin_gemm_enabled()) {
     const float* bias_data = bias.defined() ? bias.data<float>(name) : nullptr;
     float* o = out.data<float>(name);
-    for (int64_t i = 0; i < d.batch; ++i) {
+    auto product = [&](int64_t i) {
       const std::function<void(int64_t, int64_t)> piece = [&](int64_t n0, int64_t n1) {
         (*epilogue)(i, 0, d.m, n0, n1);
       };
       cpu::thin_gemm(static_cast<const float*>(oa.data) + i * oa.batch_stride, oa.ld,
                      static_cast<const float*>(ob.data) + i * ob.batch_stride, ob.ld, bias_data,
                      o + i * d.m * d.n, d.n, d.m, d.n, d.k, epilogue != nullptr ? &piece : nullptr);
+    };
+    // A batch of products (attention's heads) shares the threads product by product; one
+    // product splits its columns between them (inside a parallel region thin_gemm runs alone).
+    if (d.batch > 1 && d.batch * d.m * d.n * d.k >= kMinParallelWork && num_threads() > 1 &&
+        !omp_in_parallel()) {
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t i = 0; i < d.batch; ++i) product(i);
+    } else {
+      for (int64_t i = 0; i < d.batch; ++i) product(i);
     }
     return;
   }

@@ -1,20 +1,22 @@
-// The thin f32 GEMM (contract in thin_gemm.h). Algorithm: threads split the N outputs; each
-// takes its weight rows three at a time and, while those three rows are in L1, dots them with
-// every row of x, four rows at a time: 12 accumulators of 8 lanes, 3 + 1 loads per 12 FMAs.
+// The thin f32 GEMM (contract in thin_gemm.h). Algorithm: threads take pieces of the N outputs;
+// each takes its weight rows three at a time (four for one or two rows of x) and, while those rows
+// are in L1, dots them with every row of x, four rows at a time: 12 accumulators of 8 lanes,
+// 3 + 1 loads per 12 FMAs.
 //
 // Bound: memory at M = 1-4 (every weight byte read once, 4 bytes per M multiply-adds), the
 // FMA units from about M = 8. Eigen's GEBP instead packs the weight into panels for every
 // product: at M = 2 that is a read and a write of the whole weight for 2 FLOPs per element.
-// Measured on the 2-core AMD EPYC, 2 threads, K x N of GPT-2 small's linears (768 x 3072,
-// 3072 x 768, 768 x 2304), against Eigen in the same run: M = 1 0.33-0.39 ms against 0.43-0.48
-// (Eigen's GEMV), M = 2 0.32-0.46 against 1.5-2.3, M = 4 0.36-0.49 against 1.2-1.8, M = 8
-// 0.54-1.1 against 0.75-1.8, and no better at M = 16 (1.3-2.0 against 1.4-2.1), so the path
-// ends at 8 rows. bench_quantized's decode steps show the whole-model effect
-// (docs/benchmarks.md).
+// Measured on the 2-core AMD EPYC, 2 threads, against Eigen in the same run (bench_quantized,
+// medians of 3, docs/benchmarks.md): 768 -> 3072 at M = 2, 4, 8 in 153, 234, 493 us against
+// 504, 407, 740; 4096 -> 11008 in 5.8, 6.4, 8.9 ms against 14.0, 14.5, 18.4; a GPT-2-small
+// decode step 2.5x, 2.2x and 1.7x faster. At M = 16 a standalone copy of this kernel ran level
+// with Eigen (0.9-2.1 ms against 1.0-2.1 on GPT-2 small's three shapes), so the path ends at 8
+// rows; one row stays on Eigen's GEMV.
 
 #include "tessera/core/cpu/thin_gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "tessera/core/cpu/parallel.h"
@@ -27,6 +29,18 @@
 
 namespace tessera::cpu {
 
+namespace {
+std::atomic<bool> thin_gemm_on{true};
+}  // namespace
+
+bool thin_gemm_enabled() {
+  return thin_gemm_available() && thin_gemm_on.load(std::memory_order_relaxed);
+}
+
+void set_thin_gemm_enabled(bool enabled) {
+  thin_gemm_on.store(enabled, std::memory_order_relaxed);
+}
+
 #if defined(TESSERA_THIN_GEMM)
 
 bool thin_gemm_available() {
@@ -37,7 +51,11 @@ namespace {
 
 constexpr int kLanes = 8;
 constexpr int kRows = 4;  // rows of x per pass
-constexpr int kCols = 3;  // weight rows per pass: 4 x 3 accumulators + 3 + 1 operands in 16 ymm
+// Weight rows per pass: 4 x 3 accumulators + 3 + 1 operands fill the 16 ymm registers; with
+// at most 2 rows of x, 4 weight rows (8 accumulators) read 11% faster at M = 1 (more streams
+// from memory at once).
+constexpr int kCols = 3;
+constexpr int kColsFewRows = 4;
 
 // R x C outputs: rows of x (stride lda) against C weight rows (stride ldb). Every output sees
 // the same operations whatever R and C are: lane i sums a[k] b[k] over k = i mod 8 in k order
@@ -90,15 +108,29 @@ void columns(const float* a, int64_t lda, const float* b, int64_t ldb, const flo
 void thin_gemm(const float* a, int64_t lda, const float* b, int64_t ldb, const float* bias,
                float* out, int64_t ldo, int64_t M, int64_t N, int64_t K,
                const std::function<void(int64_t n0, int64_t n1)>* piece) {
-  // About 2^16 multiply-adds per thread at the least: below that a parallel region costs more
-  // than it saves.
-  const int64_t grain = std::max<int64_t>(kCols, (int64_t(1) << 16) / std::max<int64_t>(M * K, 1));
-  parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
+  // Pieces of 96 weight rows (whole passes of 3 or 4), taken dynamically: a thread that is
+  // descheduled on a shared machine leaves its pieces to the other instead of stalling the
+  // product (the same reason as cpu_matmul.cpp's split). Below about 2^16 multiply-adds a
+  // parallel region costs more than it saves.
+  constexpr int64_t kPiece = 96;
+  const int64_t pieces = (N + kPiece - 1) / kPiece;
+  auto run = [&](int64_t p) {
+    const int64_t n0 = p * kPiece, n1 = std::min(N, n0 + kPiece);
     int64_t n = n0;
+    if (M <= 2) {
+      for (; n + kColsFewRows <= n1; n += kColsFewRows)
+        columns<kColsFewRows>(a, lda, b, ldb, bias, out, ldo, M, K, n);
+    }
     for (; n + kCols <= n1; n += kCols) columns<kCols>(a, lda, b, ldb, bias, out, ldo, M, K, n);
     for (; n < n1; ++n) columns<1>(a, lda, b, ldb, bias, out, ldo, M, K, n);
     if (piece != nullptr) (*piece)(n0, n1);
-  });
+  };
+  if (pieces > 1 && M * N * K >= (int64_t(1) << 16) && num_threads() > 1 && !omp_in_parallel()) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t p = 0; p < pieces; ++p) run(p);
+  } else {
+    for (int64_t p = 0; p < pieces; ++p) run(p);
+  }
 }
 
 #else  // no AVX2 and FMA at compile time: Eigen takes every product
