@@ -223,7 +223,8 @@ def cmd_serve(a):
                   f"{r['completed']} requests in {r['duration_s']:.1f} s")
         figures = {k: r[k] for k in ("output_throughput", "tpot_ms", "ttft_ms", "itl_ms",
                                      "duration_s")}
-        append(a.results, a.stage, f"serve {r['mode']}, rate {r['rate']}", "passed", detail, figures)
+        append(a.results, a.stage, f"serve {r['mode']}, rate {r['rate']}", "passed", detail,
+               figures)
     for g in load.get("at_equal_tpot", []):
         check = f"{GOAL} (rate {g['rate']})"
         if a.no_goal:
@@ -365,32 +366,26 @@ def main():
     g.add_argument("--only", help="count only tests whose Suite.Name matches this regex")
     g.add_argument("--grep", help="a regex whose group 1 in the log goes into the detail")
 
-    b = sub.add_parser("bench")
-    b.add_argument("results"), b.add_argument("stage"), b.add_argument("json")
-    b.add_argument("log"), b.add_argument("rc", type=int)
+    def tool(name, goal=False):
+        """A subcommand over one tool's output: results stage json log rc [--no-goal WHY]."""
+        q = sub.add_parser(name)
+        q.add_argument("results"), q.add_argument("stage"), q.add_argument("json")
+        q.add_argument("log"), q.add_argument("rc", type=int)
+        if goal:
+            q.add_argument("--no-goal", default="",
+                           help="report the goals as skipped, with this reason")
+        return q
+
+    tool("bench")
 
     t = sub.add_parser("train")
     t.add_argument("results"), t.add_argument("stage"), t.add_argument("work")
     t.add_argument("steps", type=int), t.add_argument("runs", nargs="+")
 
-    s = sub.add_parser("step")
-    s.add_argument("results"), s.add_argument("stage"), s.add_argument("json")
-    s.add_argument("log"), s.add_argument("rc", type=int)
-
-    sv = sub.add_parser("serve")
-    sv.add_argument("results"), sv.add_argument("stage"), sv.add_argument("json")
-    sv.add_argument("log"), sv.add_argument("rc", type=int)
-    sv.add_argument("--no-goal", default="", help="report the goal as skipped, with this reason")
-
-    co = sub.add_parser("collectives")
-    co.add_argument("results"), co.add_argument("stage"), co.add_argument("json")
-    co.add_argument("log"), co.add_argument("rc", type=int), co.add_argument("ranks", type=int)
-    co.add_argument("--no-goal", default="", help="report the goals as skipped, with this reason")
-
-    ck = sub.add_parser("checkpoint")
-    ck.add_argument("results"), ck.add_argument("stage"), ck.add_argument("json")
-    ck.add_argument("log"), ck.add_argument("rc", type=int)
-    ck.add_argument("--no-goal", default="", help="report the goal as skipped, with this reason")
+    tool("step")
+    tool("serve", goal=True)
+    tool("collectives", goal=True).add_argument("ranks", type=int)
+    tool("checkpoint", goal=True)
 
     tb = sub.add_parser("table")
     tb.add_argument("results"), tb.add_argument("--machine"), tb.add_argument("--title")
@@ -404,8 +399,8 @@ def main():
     {"row": lambda: append(a.results, a.stage, a.check, a.status, a.detail),
      "gtest": lambda: cmd_gtest(a), "bench": lambda: cmd_bench(a), "train": lambda: cmd_train(a),
      "step": lambda: cmd_step(a), "serve": lambda: cmd_serve(a),
-     "collectives": lambda: cmd_collectives(a), "checkpoint": lambda: cmd_checkpoint(a), "table": lambda: cmd_table(a),
-     "verdicts": lambda: cmd_verdicts(a)}[a.cmd]()
+     "collectives": lambda: cmd_collectives(a), "checkpoint": lambda: cmd_checkpoint(a),
+     "table": lambda: cmd_table(a), "verdicts": lambda: cmd_verdicts(a)}[a.cmd]()
 
 
 if __name__ == "__main__":
