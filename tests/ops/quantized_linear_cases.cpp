@@ -114,16 +114,16 @@ TEST(QuantizeQ8, RefusesWhatItCannotStore) {
 }
 
 // A request's tokens must not depend on what it is batched with (serving relies on it): each
-// row of a batch of M equals that row alone, bit for bit, across the CPU kernel's 8-row passes
-// and 4-weight-row passes (M = 1, 8, 13, 17 and N = 11, a multiple of neither), with 1 and 2
-// threads.
+// row of a batch of M equals that row alone, bit for bit, across the CPU kernel's 8-row passes,
+// its passes over the 2 to 7 rows left and its 4-weight-row passes (M = 1, 2, 4, 7, 8, 13, 17
+// and N = 11, a multiple of neither), with 1 and 2 threads.
 TEST(LinearQ8, RowsDoNotDependOnTheBatchOrThreads) {
   Generator gen(5, 0);
   const int64_t K = 96, N = 11;
   const ops::Q8Weight w = ops::quantize_q8(randn(Shape{N, K}, gen));
   const Tensor bias = randn(Shape{N}, gen);
   const int threads = num_threads();
-  for (int64_t M : {1, 8, 13, 17})
+  for (int64_t M : {1, 2, 4, 7, 8, 13, 17})
     for (int t : {1, 2}) {
       set_num_threads(t);
       const Tensor x = randn(Shape{M, K}, gen);

@@ -1,10 +1,12 @@
 // The Q8_0 linear on the CPU. Threads split the output rows n. A block of 32 int8 weights is
 // turned into floats (d·q, d the block's f16 scale) and multiplied into 32 running lanes per
 // output, which stay in registers: four independent FMA chains per output. Two shapes of pass:
-//   batch 1 (and rows left over): one row of x against 4 weight rows at once, 4 streams from
+//   batch 1 (and one row left over): one row of x against 4 weight rows at once, 4 streams from
 //     memory, the row of x in L1. Memory-bound: 34 bytes per 32 weights against 128 in f32.
 //   8 rows of x at once: each block converted once for 8 rows, the weight row in L1.
 //     Compute-bound at 0.55-0.75x the f32 GEMM (no packing, conversions in the inner loop).
+//     The 2 to 7 rows left (decode batches) take one pass of their own, the block converted
+//     once for all of them, rather than one pass each.
 // Measured on the 2-core CPU (docs/benchmarks.md): 1.6-2.6x the f32 GEMV at batch 1, and a
 // whole GPT-2-small decode step 1.28x the tokens/s of f32 at batch 1, 1.0x at batch 16.
 //
@@ -64,6 +66,35 @@ void dot_q8(const int8_t* q, const float* scale, const A* x, int64_t K, int64_t 
     }
 }
 
+// R rows of x against one weight row, into y[0], y[stride], ...; R = rows at run time (2 to 7:
+// the rows left after the 8-row passes, each block converted once for all of them).
+template <int R, class A>
+void rows_pass(const int8_t* q, const float* scale, const A* x, int64_t K, int64_t blocks, A* y,
+               int64_t stride) {
+  A col[R][1];
+  dot_q8<R, 1>(q, scale, x, K, blocks, col);
+  for (int r = 0; r < R; ++r) y[r * stride] = col[r][0];
+}
+
+template <class A>
+void rows_pass(int64_t rows, const int8_t* q, const float* scale, const A* x, int64_t K,
+               int64_t blocks, A* y, int64_t stride) {
+  switch (rows) {
+    case 2:
+      return rows_pass<2>(q, scale, x, K, blocks, y, stride);
+    case 3:
+      return rows_pass<3>(q, scale, x, K, blocks, y, stride);
+    case 4:
+      return rows_pass<4>(q, scale, x, K, blocks, y, stride);
+    case 5:
+      return rows_pass<5>(q, scale, x, K, blocks, y, stride);
+    case 6:
+      return rows_pass<6>(q, scale, x, K, blocks, y, stride);
+    default:
+      return rows_pass<7>(q, scale, x, K, blocks, y, stride);
+  }
+}
+
 // A row's f16 scales as floats (exact), eight at a time with F16C: the portable conversion is
 // ~15 dependent integer operations per block, which stalled the FMAs behind it (measured: half
 // the time of a batch-1 row went to it).
@@ -120,7 +151,15 @@ void CpuBackend::linear_q8(const Tensor& x, const Tensor& q8, const Tensor& scal
                               for (int64_t r = 0; r < kRows; ++r) y[r * stride] = col[r][0];
                               store(m, kRows, c, c + 1);
                             }
-                          for (; m < M; ++m) {  // batch 1 and the rows left over
+                          if (M - m >= 2) {  // 2 to 7 rows left: decode batches
+                            for (int64_t c = 0; c < cols; ++c) {
+                              rows_pass(M - m, qn + c * K, sn + c * blocks, xa.data() + m * K, K,
+                                        blocks, y, stride);
+                              store(m, M - m, c, c + 1);
+                            }
+                            m = M;
+                          }
+                          for (; m < M; ++m) {  // batch 1
                             if (cols == kCols) {
                               dot_q8<1, kCols>(qn, sn, xa.data() + m * K, K, blocks,
                                                reinterpret_cast<A(*)[kCols]>(y));
