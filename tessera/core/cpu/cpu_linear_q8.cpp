@@ -3,10 +3,10 @@
 // output, which stay in registers: four independent FMA chains per output. Two shapes of pass:
 //   batch 1 (and one row left over): one row of x against 4 weight rows at once, 4 streams from
 //     memory, the row of x in L1. Memory-bound: 34 bytes per 32 weights against 128 in f32.
-//   8 rows of x at once: each block converted once for 8 rows, the weight row in L1.
-//     Compute-bound at 0.55-0.75x the f32 GEMM (no packing, conversions in the inner loop).
-//     The 2 to 7 rows left (decode batches) take one pass of their own, the block converted
-//     once for all of them, rather than one pass each.
+//   kRows (8, or 4 without AVX-512) rows of x at once: each block converted once for all of
+//     them, the weight row in L1. Compute-bound at 0.55-0.75x the f32 GEMM (no packing,
+//     conversions in the inner loop). The 2 to kRows - 1 rows left (decode batches) take one
+//     pass of their own, the block converted once for all of them, rather than one pass each.
 // Measured on the 2-core CPU (docs/benchmarks.md): 1.6-2.6x the f32 GEMV at batch 1, and a
 // whole GPT-2-small decode step 1.28x the tokens/s of f32 at batch 1, 1.0x at batch 16.
 //
@@ -29,7 +29,15 @@ namespace tessera {
 namespace {
 
 constexpr int64_t kBlock = 32;
-constexpr int kRows = 8;  // rows of x per pass over a weight row: 1.3x the speed of 4 at M = 16
+// Rows of x per pass over a weight row: their 32 lanes each stay in registers, 8 rows in
+// AVX-512's 32 registers of 16 (1.3x the speed of 4 at M = 16 on the Xeon), 4 rows in AVX2's 16
+// of 8 (8 rows spill there: on the EPYC a decode step of 8 sequences took 40.8 ms in passes of
+// 8 and 35.5 ms in passes of 4, separate runs).
+#if defined(__AVX512F__)
+constexpr int kRows = 8;
+#else
+constexpr int kRows = 4;
+#endif
 constexpr int kCols = 4;  // weight rows per pass at batch 1
 
 // R x C outputs: C consecutive Q8_0 rows (q, stride K; their scales as floats, stride
@@ -66,8 +74,8 @@ void dot_q8(const int8_t* q, const float* scale, const A* x, int64_t K, int64_t 
     }
 }
 
-// R rows of x against one weight row, into y[0], y[stride], ...; R = rows at run time (2 to 7:
-// the rows left after the 8-row passes, each block converted once for all of them).
+// R rows of x against one weight row, into y[0], y[stride], ...; R = rows at run time (2 to
+// kRows - 1: the rows left after the full passes, each block converted once for all of them).
 template <int R, class A>
 void rows_pass(const int8_t* q, const float* scale, const A* x, int64_t K, int64_t blocks, A* y,
                int64_t stride) {
@@ -76,22 +84,13 @@ void rows_pass(const int8_t* q, const float* scale, const A* x, int64_t K, int64
   for (int r = 0; r < R; ++r) y[r * stride] = col[r][0];
 }
 
-template <class A>
-void rows_pass(int64_t rows, const int8_t* q, const float* scale, const A* x, int64_t K,
+// The pass for `rows` rows, 2 <= rows < kRows (only those sizes are instantiated).
+template <class A, int R = 2>
+void rows_left(int64_t rows, const int8_t* q, const float* scale, const A* x, int64_t K,
                int64_t blocks, A* y, int64_t stride) {
-  switch (rows) {
-    case 2:
-      return rows_pass<2>(q, scale, x, K, blocks, y, stride);
-    case 3:
-      return rows_pass<3>(q, scale, x, K, blocks, y, stride);
-    case 4:
-      return rows_pass<4>(q, scale, x, K, blocks, y, stride);
-    case 5:
-      return rows_pass<5>(q, scale, x, K, blocks, y, stride);
-    case 6:
-      return rows_pass<6>(q, scale, x, K, blocks, y, stride);
-    default:
-      return rows_pass<7>(q, scale, x, K, blocks, y, stride);
+  if constexpr (R < kRows) {
+    if (rows == R) return rows_pass<R>(q, scale, x, K, blocks, y, stride);
+    rows_left<A, R + 1>(rows, q, scale, x, K, blocks, y, stride);
   }
 }
 
@@ -151,9 +150,9 @@ void CpuBackend::linear_q8(const Tensor& x, const Tensor& q8, const Tensor& scal
                               for (int64_t r = 0; r < kRows; ++r) y[r * stride] = col[r][0];
                               store(m, kRows, c, c + 1);
                             }
-                          if (M - m >= 2) {  // 2 to 7 rows left: decode batches
+                          if (M - m >= 2) {  // 2 to kRows - 1 rows left: decode batches
                             for (int64_t c = 0; c < cols; ++c) {
-                              rows_pass(M - m, qn + c * K, sn + c * blocks, xa.data() + m * K, K,
+                              rows_left(M - m, qn + c * K, sn + c * blocks, xa.data() + m * K, K,
                                         blocks, y, stride);
                               store(m, M - m, c, c + 1);
                             }
