@@ -66,9 +66,9 @@ TEST(ThinGemm, MatchesTheF64ReferenceOnRaggedShapes) {
       }
 }
 
-// Rows of a wider tensor (row stride 100 > K), a batch of three products, and matmul_gelu's
-// epilogue on the thin path's pieces (its pre-activation equals the plain product's bits).
-TEST(ThinGemm, StridedRowsBatchesAndTheGeluEpilogue) {
+// Rows of a wider tensor (row stride 100 > K), and matmul_gelu's epilogue on the thin path's
+// pieces (its pre-activation equals the plain product's bits).
+TEST(ThinGemm, StridedRowsAndTheGeluEpilogue) {
   if (!cpu::thin_gemm_available()) GTEST_SKIP() << "this build has no AVX2 and FMA";
   Generator gen(32);
   const Tensor wide = randn({5, 100}, gen), w = randn({50, 64}, gen), bias = randn({50}, gen);
@@ -76,13 +76,34 @@ TEST(ThinGemm, StridedRowsBatchesAndTheGeluEpilogue) {
   ASSERT_FALSE(x.is_contiguous());
   expect_close(ops::matmul(x, w, false, true, bias), reference(x, w, bias), x, w, "strided rows");
 
+  // x [3, 6, 64] against a 2-d weight folds into one product of 18 rows (Eigen's); the thin
+  // path's own batches are products with a weight each, below.
   const Tensor xb = randn({3, 6, 64}, gen);
   expect_close(ops::matmul(xb, w, false, true, bias), reference(xb, w, bias), xb, w, "batch of 3");
-
-  const Tensor pre = ops::matmul(xb, w, false, true, bias);
-  const ops::MatmulGelu fused = ops::matmul_gelu(xb, w, false, true, bias);
+  // matmul_gelu on the 5 strided rows: the thin path's pieces through the GELU epilogue.
+  const Tensor pre = ops::matmul(x, w, false, true, bias);
+  const ops::MatmulGelu fused = ops::matmul_gelu(x, w, false, true, bias);
   EXPECT_TRUE(equal(fused.pre, pre));
   EXPECT_TRUE(equal(fused.out, ops::unary(UnaryOp::gelu, pre)));
+}
+
+// A batch of products, each with its own weight (attention's heads): eight products of
+// 6 x 64 x 50 (153,600 multiply-adds, past the threshold at which the batch is spread over the
+// threads product by product). Each against the reference, and the same bits with 1 and 2
+// threads.
+TEST(ThinGemm, ABatchOfProductsSpreadOverTheThreads) {
+  if (!cpu::thin_gemm_available()) GTEST_SKIP() << "this build has no AVX2 and FMA";
+  Generator gen(34);
+  const Tensor x = randn({8, 6, 64}, gen), w = randn({8, 50, 64}, gen);
+  ScopedNumThreads guard(1);
+  const Tensor one = ops::matmul(x, w, false, true);
+  for (int64_t i = 0; i < 8; ++i) {
+    const Tensor xi = ops::narrow(x, 0, i, 1), wi = ops::reshape(ops::narrow(w, 0, i, 1), {50, 64});
+    expect_close(ops::narrow(one, 0, i, 1), reference(xi, wi, Tensor()), xi, wi,
+                 str_cat("product ", i));
+  }
+  set_num_threads(2);
+  EXPECT_TRUE(equal(ops::matmul(x, w, false, true), one));
 }
 
 // A row's bits in every batch of 2 to 8 rows, with 1 and 2 threads: the serving engine batches

@@ -114,9 +114,9 @@ TEST(QuantizeQ8, RefusesWhatItCannotStore) {
 }
 
 // A request's tokens must not depend on what it is batched with (serving relies on it): each
-// row of a batch of M equals that row alone, bit for bit, across the CPU kernel's 8-row passes,
-// its passes over the 2 to 7 rows left and its 4-weight-row passes (M = 1, 2, 4, 7, 8, 13, 17
-// and N = 11, a multiple of neither), with 1 and 2 threads.
+// row of a batch of M equals that row alone, bit for bit, across the CPU kernel's full passes
+// (8 rows, 4 without AVX-512), its passes over the rows left and its 4-weight-row passes
+// (M = 1, 2, 4, 7, 8, 13, 17 and N = 11, a multiple of neither), with 1 and 2 threads.
 TEST(LinearQ8, RowsDoNotDependOnTheBatchOrThreads) {
   Generator gen(5, 0);
   const int64_t K = 96, N = 11;

@@ -31,8 +31,8 @@ namespace {
 constexpr int64_t kBlock = 32;
 // Rows of x per pass over a weight row: their 32 lanes each stay in registers, 8 rows in
 // AVX-512's 32 registers of 16 (1.3x the speed of 4 at M = 16 on the Xeon), 4 rows in AVX2's 16
-// of 8 (8 rows spill there: on the EPYC a decode step of 8 sequences took 40.8 ms in passes of
-// 8 and 35.5 ms in passes of 4, separate runs).
+// of 8 (8 rows' lanes would take 32 of them: on the EPYC a decode step of 8 sequences took
+// 40.8 ms in passes of 8 and 35.5 ms in passes of 4, separate runs).
 #if defined(__AVX512F__)
 constexpr int kRows = 8;
 #else
