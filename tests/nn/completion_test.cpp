@@ -31,7 +31,7 @@ TEST(Completion, EndsAtEndOfTextUnlessTold) {
   EXPECT_EQ(c.tokens(), (std::vector<int32_t>{'h', 'i'}));
   EXPECT_STREQ(c.finish_reason(), "stop");
 
-  Completion on(kBytes, {.at_end_of_text = false});
+  Completion on(kBytes, {.at_end_of_text = false, .stop = {}});
   on.add('h');
   EXPECT_TRUE(on.add(kBytes.eot_id()));
   on.finish();

@@ -114,7 +114,9 @@ TEST(ShardedCheckpoint, PieceRunsInvertShardOf) {
         }
       }
       for (int64_t i = 0; i < n; ++i)
-        if (!mapped[size_t(i)]) EXPECT_EQ(l[i], 0.0f) << "an unmapped element is not padding";
+        if (!mapped[size_t(i)]) {
+          EXPECT_EQ(l[i], 0.0f) << "an unmapped element is not padding";
+        }
     }
     for (size_t i = 0; i < hits.size(); ++i)
       ASSERT_EQ(hits[i], 1) << c.full.to_string() << " element " << i;

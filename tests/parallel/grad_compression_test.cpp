@@ -193,8 +193,9 @@ RANK_TEST(GradCompressionN2, Bf16HalvesTheReductionAtEveryStage) {
       for (const auto& bucket : trainer.data_parallel().layout().buckets()) padded += bucket.numel;
       const int64_t value_bytes = compressed ? 2 : 4;
       EXPECT_EQ(t.message_bytes(CommKind::reduce_scatter), value_bytes * padded) << compressed;
-      if (zero == 0)
+      if (zero == 0) {
         EXPECT_EQ(t.message_bytes(CommKind::all_gather), value_bytes * padded) << compressed;
+      }
     }
   }
 }
