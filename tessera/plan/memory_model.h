@@ -60,9 +60,10 @@ struct MemoryOptions {
   // never stores them): Korthikanti et al.'s 5 a s / h term per layer, kept without
   // recomputation and rebuilt one layer at a time under full recomputation.
   bool materialized_attention = false;
-  // A pipeline stage keeps each in-flight chunk's output until its backward (Tessera's
-  // executor); false: an output's data is freed once sent (Megatron-LM).
-  bool outputs_held_until_backward = true;
+  // A pipeline stage keeps each in-flight chunk's output until its backward; false: an
+  // output's data is freed once sent (Tessera's executor, Megatron-LM's
+  // deallocate_output_tensor).
+  bool outputs_held_until_backward = false;
 };
 
 struct MemoryEstimate {

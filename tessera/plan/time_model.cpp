@@ -18,7 +18,6 @@ EngineProfile EngineProfile::megatron_2021() {
   p.grad_comm_bytes = 4;            // fp32 main gradients
   p.param_gather_bytes = 2;         // no distributed optimizer: nothing to gather
   p.p2p_every_step = true;
-  p.outputs_held_until_backward = false;
   return p;
 }
 

@@ -47,9 +47,9 @@ struct EngineProfile {
   // unit runs (DeepSpeed's ZeRO-3 as Narayanan et al. 2021 measured it).
   bool zero3_per_tensor = false;
   bool zero3_overlap = true;
-  // Memory (memory_model.h): in-flight chunks' outputs kept until their backward (Tessera's
-  // executor) or freed once sent (Megatron-LM's deallocate_output_tensor).
-  bool outputs_held_until_backward = true;
+  // Memory (memory_model.h): in-flight chunks' outputs kept until their backward, or freed
+  // once sent (Tessera's executor, Megatron-LM's deallocate_output_tensor).
+  bool outputs_held_until_backward = false;
   int grad_comm_bytes = 4;     // bytes per gradient element on the wire (fp32)
   int param_gather_bytes = 4;  // ZeRO 1/2's post-update all-gather (fp32 master)
   // The GEMMs at the GPU's FP8 peak (at the same efficiency), everything else unchanged.

@@ -1,6 +1,9 @@
 // The pipeline executor against one process. A toy model (a tied input projection E, eight
 // Linear+tanh layers, the head x E^T and a mean-squared loss) is built from the same keyed
-// weights on every layout; pp = 1, 2 and 4 run GPipe, 1F1B and interleaved 1F1B.
+// weights on every layout; pp = 1, 2 and 4 run GPipe, 1F1B and interleaved 1F1B. Each layout
+// runs twice: plain layers, whose chunk output is tanh's (saved by tanh for its backward, so
+// the executor must keep it whole), and residual layers h + tanh(W h + b), whose output is an
+// add that saves nothing (so the executor frees it once sent, as for the GPT's blocks).
 //
 // Two references, computed on every rank:
 //  - gradient accumulation in one process over the same micro-batches, with the two uses of E
@@ -63,9 +66,12 @@ struct ToyPart {
   Tensor embed_in, embed_out;  // undefined unless this part has the embedding / the head
   std::vector<Tensor> weights, biases;
   int64_t first = 0;
+  bool residual = false;
 
-  ToyPart(const nn::StageSpec& spec, const Tensor& shared_embedding = Tensor()) {
+  ToyPart(const nn::StageSpec& spec, bool residual_layers,
+          const Tensor& shared_embedding = Tensor()) {
     first = spec.first_layer;
+    residual = residual_layers;
     int64_t n = spec.num_layers < 0 ? kLayers - first : spec.num_layers;
     for (int64_t l = first; l < first + n; ++l) {
       weights.push_back(leaf(layer_weight(l)));
@@ -79,7 +85,10 @@ struct ToyPart {
   // x: the rows of the micro-batch (on the embedding part) or the previous part's output.
   Tensor forward(const Tensor& x, const Tensor& y) const {
     Tensor h = embed_in.defined() ? matmul(x, embed_in) : x;
-    for (size_t k = 0; k < weights.size(); ++k) h = tanh(linear(h, weights[k], biases[k]));
+    for (size_t k = 0; k < weights.size(); ++k) {
+      Tensor layer = tanh(linear(h, weights[k], biases[k]));
+      h = residual ? add(h, layer) : layer;
+    }
     if (!embed_out.defined()) return h;
     return mean(pow(sub(matmul(h, embed_out, false, true), y), 2.0));
   }
@@ -97,9 +106,10 @@ struct ToyPart {
 // This rank's chunks of the toy model.
 class ToyStage final : public PipelineStage {
  public:
-  ToyStage(const Schedule& s, int rank) : m_(s.microbatches) {
+  ToyStage(const Schedule& s, int rank, bool residual) : m_(s.microbatches) {
     for (int c = 0; c < s.virtual_stages; ++c)
-      parts_.emplace_back(pipeline_stage_spec(kLayers, s.stages, s.virtual_stages, rank, c));
+      parts_.emplace_back(pipeline_stage_spec(kLayers, s.stages, s.virtual_stages, rank, c),
+                          residual);
   }
   Tensor forward(int chunk, int micro, const Tensor& input) override {
     int64_t rows = kBatch / m_;
@@ -132,8 +142,8 @@ struct Reference {
 };
 
 // One process, m micro-batches accumulated in order, E as two copies summed at the end.
-Reference accumulated_reference(int m) {
-  ToyPart whole(nn::StageSpec{});
+Reference accumulated_reference(int m, bool residual) {
+  ToyPart whole(nn::StageSpec{}, residual);
   Tensor x = inputs(), y = targets();
   int64_t rows = kBatch / m;
   Reference ref;
@@ -149,9 +159,9 @@ Reference accumulated_reference(int m) {
   return ref;
 }
 
-Reference full_batch_reference() {
+Reference full_batch_reference(bool residual) {
   Tensor e = leaf(embedding_weight());
-  ToyPart whole(nn::StageSpec{}, e);
+  ToyPart whole(nn::StageSpec{}, residual, e);
   Tensor loss = whole.forward(inputs(), targets());
   loss.backward();
   Reference ref{loss.item<double>(), {}};
@@ -176,16 +186,17 @@ double relative_error(const Tensor& a, const Tensor& b) {
 
 // Runs the pipeline on `pp` and checks the loss and this rank's gradients.
 void expect_pipeline_equals_one_process(ScheduleKind kind, int v, int m, Communicator& pp,
-                                        Communicator* embedding) {
+                                        Communicator* embedding, bool residual) {
   const int p = pp.size(), rank = pp.rank();
   Schedule schedule = make_schedule(kind, p, v, m, {.tied_embedding = true});
-  SCOPED_TRACE(schedule.name() + " rank " + std::to_string(rank));
-  ToyStage stage(schedule, rank);
+  SCOPED_TRACE(schedule.name() + " rank " + std::to_string(rank) +
+               (residual ? " residual" : " plain"));
+  ToyStage stage(schedule, rank, residual);
   PipelineOptions options;
   options.embedding = embedding;
   PipelineStepStats stats = run_pipeline(schedule, stage, pp, options);
 
-  Reference exact = accumulated_reference(m), full = full_batch_reference();
+  Reference exact = accumulated_reference(m, residual), full = full_batch_reference(residual);
   EXPECT_EQ(stats.loss, exact.loss);
   // fp32 loss terms of magnitude ~1 summed over 256 elements in another grouping: each
   // partial sum is off by at most ~n * 6e-8 relative, far below 1e-5.
@@ -220,6 +231,15 @@ void expect_pipeline_equals_one_process(ScheduleKind kind, int v, int m, Communi
       EXPECT_EQ(last, seen == m) << "chunk " << c << " backward " << seen;
     }
   }
+  // Every sent output is freed before its backward when nothing else holds its buffer (the
+  // residual add), and none when tanh saved it. Exact, not a lower bound: a chunk's gradient
+  // arrives only after the peer received its output, and the executor reaps completed sends
+  // after every action, the gradient's receive included.
+  int sent = 0;
+  for (const Action& a : schedule.ranks[size_t(rank)])
+    sent += a.kind == ActionKind::send_activation;
+  EXPECT_EQ(stats.outputs_freed, residual ? sent : 0);
+  EXPECT_EQ(stats.outputs_kept, residual ? 0 : sent);
   // The executor held as many micro-batch chunks as the simulator predicts.
   SimulationResult sim = simulate(schedule);
   EXPECT_EQ(stats.peak_in_flight, sim.peak_in_flight[size_t(rank)]);
@@ -239,14 +259,17 @@ struct Layout {
 void run_layouts(const std::vector<Layout>& layouts, const MeshShape& shape) {
   DeviceMesh mesh(testing::test_world(), shape);
   for (const Layout& l : layouts)
-    expect_pipeline_equals_one_process(l.kind, l.v, l.m, mesh.pp(), mesh.embedding());
+    for (bool residual : {false, true})
+      expect_pipeline_equals_one_process(l.kind, l.v, l.m, mesh.pp(), mesh.embedding(), residual);
 }
 
 RANK_TEST(PipelineExecutorN1, ChunksOnOneRankMatchOneProcess) {
   LocalCommunicator pp("pp");
-  expect_pipeline_equals_one_process(ScheduleKind::gpipe, 1, 4, pp, nullptr);
-  expect_pipeline_equals_one_process(ScheduleKind::gpipe, 4, 2, pp, nullptr);
-  expect_pipeline_equals_one_process(ScheduleKind::interleaved, 2, 4, pp, nullptr);
+  for (bool residual : {false, true}) {
+    expect_pipeline_equals_one_process(ScheduleKind::gpipe, 1, 4, pp, nullptr, residual);
+    expect_pipeline_equals_one_process(ScheduleKind::gpipe, 4, 2, pp, nullptr, residual);
+    expect_pipeline_equals_one_process(ScheduleKind::interleaved, 2, 4, pp, nullptr, residual);
+  }
 }
 
 RANK_TEST(PipelineExecutorN2, MatchesOneProcess) {

@@ -80,6 +80,13 @@ void measure(const ActCase& c) {
       100 * (predicted - measured) / measured);
   EXPECT_NEAR(predicted / measured, 1.0, 0.05)
       << trainer.config().describe() << ", pp rank " << rank;
+  // The GPT's chunk outputs (a residual add, or the checkpointed blocks' output) share their
+  // buffer with nothing, so every one the rank sends is freed before its backward: the
+  // planner's one output per sending stage, not one per chunk in flight.
+  EXPECT_EQ(s.pipeline_outputs_kept, 0) << trainer.config().describe();
+  const bool sends = l.pp > 1 && (rank < l.pp - 1 || l.virtual_stages > 1);
+  EXPECT_EQ(s.pipeline_outputs_freed > 0, sends)
+      << trainer.config().describe() << ", pp rank " << rank;
 }
 
 TEST(PlanActivationsN4, WithinFivePercentOfTheEngine) {

@@ -193,6 +193,8 @@ ParallelStepStats ParallelTrainer::step_local(const Tensor& inputs, const Tensor
   // The pipeline group already agrees on the loss; averaging over dp gives the global mean.
   out.loss = dp_average(pipe.loss);
   out.bubble = pipe.group_bubble;
+  out.pipeline_outputs_freed = pipe.outputs_freed;
+  out.pipeline_outputs_kept = pipe.outputs_kept;
 
   out.forward_seconds = pipe.forward_seconds;
   out.backward_seconds = pipe.backward_seconds;

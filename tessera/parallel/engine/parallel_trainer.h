@@ -84,6 +84,9 @@ struct ParallelStepStats {
   int64_t comm_wire_bytes = 0;
   int64_t comm_message_bytes = 0;
   double bubble = 0;        // the pipeline group's measured idle / busy (executor.h); 0 at pp 1
+  // This rank's sent activations whose data the executor freed before their backward, and
+  // those it kept because something else shared their buffer (executor.h); 0 at pp 1.
+  int pipeline_outputs_freed = 0, pipeline_outputs_kept = 0;
   RankMemory memory;
 };
 

@@ -84,8 +84,9 @@ class Executor {
           all_reduce_tied_gradients(o_.embedding, stage_.tied_parameters());
           break;
       }
+      reap_sends();
     }
-    for (auto& [work, tensor] : sends_) work->wait();
+    for (Send& send : sends_) send.work->wait();
     sends_.clear();
     for (size_t k = 0; k < slots_.size(); ++k)
       TESSERA_CHECK(!slots_[k].output.defined() && !slots_[k].input_grad.defined(),
@@ -101,6 +102,8 @@ class Executor {
     stats.idle_seconds = std::max(0.0, stats.wall_seconds - busy_);
     stats.bubble = busy_ > 0 ? stats.idle_seconds / busy_ : 0;
     stats.peak_in_flight = peak_;
+    stats.outputs_freed = outputs_freed_;
+    stats.outputs_kept = outputs_kept_;
     // Only the last model stage has a loss; adding the other ranks' zeros keeps it exact.
     bool has_loss = rank_ == s_.rank_of(s_.model_stages() - 1);
     Tensor totals = from_vector<double>({has_loss ? loss_sum_ : 0.0, busy_}, {2});
@@ -213,9 +216,33 @@ class Executor {
                              : ": nothing to send (backward not run)");
     if (!activation) sl.input_grad = Tensor();
     x = autograd::detach(ops::contiguous(x));
-    sends_.emplace_back(pp_.send_async(x, a.peer, message_tag(s_, rank_, a)), x);
-    // Drop the sends that have completed, so their buffers are freed during the step.
-    std::erase_if(sends_, [](auto& entry) { return entry.first->test(); });
+    sends_.push_back(
+        {pp_.send_async(x, a.peer, message_tag(s_, rank_, a)), x, activation ? &sl : nullptr});
+  }
+
+  // Drops the sends that have completed, so their buffers are freed during the step, and
+  // frees the data of the outputs among them.
+  void reap_sends() {
+    std::vector<Slot*> sent;
+    std::erase_if(sends_, [&](Send& send) {
+      if (!send.work->test()) return false;
+      if (send.output_of != nullptr) sent.push_back(send.output_of);
+      return true;
+    });
+    for (Slot* sl : sent) free_output(*sl);
+  }
+
+  // The slot's output keeps its graph and metadata; its buffer goes back to the allocator when
+  // the slot's handle is the only one on the tensor and on the buffer. A saved tensor of the
+  // graph (a node that keeps its output) or a view holds one more, and keeps it whole.
+  void free_output(Slot& sl) {
+    if (!sl.output.defined() || sl.output.storage()->released()) return;
+    if (sl.output.shared_impl().use_count() == 1 && sl.output.storage().use_count() == 1) {
+      sl.output.storage()->release();
+      ++outputs_freed_;
+    } else {
+      ++outputs_kept_;
+    }
   }
 
   void recv(const Action& a) {
@@ -246,10 +273,16 @@ class Executor {
   int rank_;
   std::vector<Slot> slots_;
   std::vector<int> backwards_left_;  // per chunk, in the rest of the step
-  std::vector<std::pair<std::shared_ptr<Work>, Tensor>> sends_;
+  // A posted send, its buffer, and the slot whose output it carries (null for a gradient).
+  struct Send {
+    std::shared_ptr<Work> work;
+    Tensor buffer;
+    Slot* output_of = nullptr;
+  };
+  std::vector<Send> sends_;
   size_t pc_ = 0;
   double busy_ = 0, forward_ = 0, loss_sum_ = 0;
-  int in_flight_ = 0, peak_ = 0;
+  int in_flight_ = 0, peak_ = 0, outputs_freed_ = 0, outputs_kept_ = 0;
 };
 
 }  // namespace

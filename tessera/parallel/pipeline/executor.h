@@ -10,6 +10,13 @@
 // sends the input's gradient back. Parameter gradients accumulate over the micro-batches in
 // the order the schedule runs their backwards.
 //
+// An output's data is freed once its send completes (as Megatron-LM's deallocate_output_tensor
+// does): the next stage holds the values, and backward needs only the output's graph, shape
+// and dtype. Only when nothing else shares the buffer: a stage whose last op saved its output
+// for backward (tanh, say), or that kept a view of it, keeps it whole. Under 1F1B that is
+// p - r in-flight outputs fewer on pipeline rank r; a freed output that something reads
+// throws naming the read instead of returning stale values (storage.h).
+//
 // Sends are posted asynchronously and waited for at the end of the step; receives block (the
 // rules the dry-run simulator checks schedules under). Time spent in compute actions is busy;
 // the rest of the step (waiting for messages and the tied all-reduce) is the measured bubble.
@@ -82,6 +89,8 @@ struct PipelineStepStats {
   // so (ranks * longest wall time - total busy) / total busy.
   double group_bubble = 0;
   int peak_in_flight = 0;  // most micro-batch chunks whose activations this rank held
+  int outputs_freed = 0;   // sent outputs whose data was freed before their backward
+  int outputs_kept = 0;    // sent outputs kept whole: something else shared their buffer
 };
 
 // Runs rank pp.rank()'s list of `schedule` (whose stage count must be pp.size()). Collective
