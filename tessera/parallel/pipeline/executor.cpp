@@ -236,7 +236,7 @@ class Executor {
   // the slot's handle is the only one on the tensor and on the buffer. A saved tensor of the
   // graph (a node that keeps its output) or a view holds one more, and keeps it whole.
   void free_output(Slot& sl) {
-    if (!sl.output.defined() || sl.output.storage()->released()) return;
+    if (!sl.output.defined()) return;  // its backward already ran
     if (sl.output.shared_impl().use_count() == 1 && sl.output.storage().use_count() == 1) {
       sl.output.storage()->release();
       ++outputs_freed_;

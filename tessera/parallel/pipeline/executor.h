@@ -13,9 +13,10 @@
 // An output's data is freed once its send completes (as Megatron-LM's deallocate_output_tensor
 // does): the next stage holds the values, and backward needs only the output's graph, shape
 // and dtype. Only when nothing else shares the buffer: a stage whose last op saved its output
-// for backward (tanh, say), or that kept a view of it, keeps it whole. Under 1F1B that is
-// p - r in-flight outputs fewer on pipeline rank r; a freed output that something reads
-// throws naming the read instead of returning stale values (storage.h).
+// for backward (tanh, say), or that kept a view of it, keeps it whole. Under 1F1B pipeline
+// rank r then holds one output whose send is pending where it held its p - r in flight; a
+// freed output that something reads throws naming the read instead of returning stale values
+// (storage.h).
 //
 // Sends are posted asynchronously and waited for at the end of the step; receives block (the
 // rules the dry-run simulator checks schedules under). Time spent in compute actions is busy;
