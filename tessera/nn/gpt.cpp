@@ -245,6 +245,24 @@ std::vector<std::string> GPT::quantize_q8() {
   return names;
 }
 
+namespace {
+int64_t set_int8_activations_below(Module& m, bool on) {
+  int64_t n = 0;
+  if (auto* linear = dynamic_cast<Linear*>(&m); linear != nullptr && linear->quantized()) {
+    linear->set_int8_activations(on);
+    ++n;
+  }
+  for (const auto& [name, child] : m.children()) n += set_int8_activations_below(*child, on);
+  return n;
+}
+}  // namespace
+
+int64_t GPT::set_int8_activations(bool on) {
+  TESSERA_CHECK(!on || config_.quantization == "q8_0", "GPT: int8 activations (W8A8) need ",
+                "quantized weights; this model's are not (tessera ckpt quantize --to int8)");
+  return set_int8_activations_below(*this, on);
+}
+
 void GPT::set_recompute(const Recompute& recompute) {
   TESSERA_CHECK(recompute.mode == RecomputeMode::full || recompute.num_layers < 0,
                 "GPT: a recompute layer count (", recompute.num_layers, ") applies to full ",

@@ -152,6 +152,10 @@ class GPT : public Module {
   // weight_scale (Linear::quantize_q8). Embeddings, norms and the head stay. Returns the names
   // of the weights it quantized. Inference only from then on.
   std::vector<std::string> quantize_q8();
+  // W8A8 on a quantized model: every quantized linear quantizes its input's rows to int8 too
+  // (Linear::set_int8_activations). Throws when the model is not quantized. Returns the number
+  // of layers switched.
+  int64_t set_int8_activations(bool on);
 
   // The parameter count of `config` without building it (GPT-2 d48 is 6 GB in f32).
   static int64_t count_parameters(const GPTConfig& config);

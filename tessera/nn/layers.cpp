@@ -66,11 +66,17 @@ void Linear::quantize_q8() {
   register_buffer("weight_scale", q8_.scale);
 }
 
+void Linear::set_int8_activations(bool on) {
+  TESSERA_CHECK(!on || quantized(), "Linear: int8 activations need quantized weights (",
+                "quantize_q8 first); this layer holds ", weight_.describe());
+  int8_activations_ = on;
+}
+
 Tensor Linear::forward(const Tensor& x, bool sequence_sharded) const {
   if (quantized()) {
     TESSERA_CHECK(!is_grad_enabled(), "Linear: a quantized layer is for inference; run under ",
                   "NoGradGuard (weights ", q8_.q8.describe(), ")");
-    return ops::linear_q8(x, q8_, bias_);
+    return int8_activations_ ? ops::linear_w8a8(x, q8_, bias_) : ops::linear_q8(x, q8_, bias_);
   }
   return forward_product([&](const Tensor& w, const Tensor& b) { return linear(x, w, b); },
                          sequence_sharded);

@@ -62,12 +62,17 @@ class Linear : public Module {
   void quantize_q8();
   bool quantized() const { return q8_.q8.defined(); }
   const ops::Q8Weight& q8_weight() const { return q8_; }
+  // W8A8 for a quantized layer: forward quantizes its input's rows to int8 too and runs
+  // ops::linear_w8a8 (on or off at any time; the stored weights do not change).
+  void set_int8_activations(bool on);
+  bool int8_activations() const { return int8_activations_; }
 
  private:
   Tensor weight_, bias_;
   ops::Q8Weight q8_;
   std::shared_ptr<TensorParallelOps> tp_;
   ShardKind shard_ = ShardKind::replicated;
+  bool int8_activations_ = false;
 };
 
 // A lookup table [num_embeddings, dim] drawn from `init`. Rows from num_real on (a vocabulary

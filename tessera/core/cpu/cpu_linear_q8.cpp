@@ -16,11 +16,8 @@
 
 #include <vector>
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
-
 #include "tessera/core/cpu/cpu_backend.h"
+#include "tessera/core/cpu/f16_scales.h"
 #include "tessera/core/cpu/parallel.h"
 #include "tessera/core/detail/element_convert.h"
 
@@ -94,19 +91,6 @@ void rows_left(int64_t rows, const int8_t* q, const float* scale, const A* x, in
   }
 }
 
-// A row's f16 scales as floats (exact), eight at a time with F16C: the portable conversion is
-// ~15 dependent integer operations per block, which stalled the FMAs behind it (measured: half
-// the time of a batch-1 row went to it).
-void scales_to_float(const Half* s, int64_t n, float* out) {
-  int64_t i = 0;
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i,
-                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
-#endif
-  for (; i < n; ++i) out[i] = float(s[i]);
-}
-
 }  // namespace
 
 void CpuBackend::linear_q8(const Tensor& x, const Tensor& q8, const Tensor& scale,
@@ -128,7 +112,7 @@ void CpuBackend::linear_q8(const Tensor& x, const Tensor& q8, const Tensor& scal
                         std::vector<float> scales(static_cast<size_t>(kCols * blocks));
                         for (int64_t n = lo; n < hi; n += kCols) {
                           const int64_t cols = std::min<int64_t>(kCols, hi - n);
-                          scales_to_float(s + n * blocks, cols * blocks, scales.data());
+                          cpu::scales_to_float(s + n * blocks, cols * blocks, scales.data());
                           const int8_t* qn = q + n * K;
                           const float* sn = scales.data();
                           const int64_t stride = kCols;  // of y's rows

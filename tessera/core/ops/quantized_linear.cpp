@@ -74,9 +74,15 @@ Tensor dequantize_q8(const Q8Weight& w, DType dtype) {
   return cast(from_vector<float>(out, Shape{N, K}, w.q8.device()), dtype);
 }
 
-Tensor linear_q8(const Tensor& x, const Q8Weight& w, const Tensor& bias) {
-  const OpScope scope("linear_q8");
-  const char* op = "linear_q8";
+namespace {
+
+// The checks linear_q8 and linear_w8a8 share; returns the output, allocated, and x as [M, K].
+struct LinearQ8Call {
+  Tensor x2, out, out2, bias;
+};
+
+LinearQ8Call prepare_linear(const char* op, const Tensor& x, const Q8Weight& w,
+                            const Tensor& bias) {
   detail::check_defined(op, x, "x");
   detail::check_floating(op, x, "x");
   check_q8(op, w);
@@ -92,12 +98,44 @@ Tensor linear_q8(const Tensor& x, const Q8Weight& w, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = N;
   const int64_t M = x.numel() / std::max<int64_t>(K, 1);
-  Tensor out = empty(out_shape, x.dtype(), x.device());
-  if (out.numel() == 0) return out;
-  const Tensor x2 = view(contiguous(x), Shape{M, K});
-  backend(x).linear_q8(x2, w.q8, w.scale, bias.defined() ? contiguous(bias) : Tensor(),
-                       view(out, Shape{M, N}));
-  return out;
+  LinearQ8Call call;
+  call.out = empty(out_shape, x.dtype(), x.device());
+  if (call.out.numel() == 0) return call;
+  call.x2 = view(contiguous(x), Shape{M, K});
+  call.out2 = view(call.out, Shape{M, N});
+  call.bias = bias.defined() ? contiguous(bias) : Tensor();
+  return call;
+}
+
+}  // namespace
+
+Tensor linear_q8(const Tensor& x, const Q8Weight& w, const Tensor& bias) {
+  const OpScope scope("linear_q8");
+  const LinearQ8Call c = prepare_linear("linear_q8", x, w, bias);
+  if (c.out2.defined()) backend(x).linear_q8(c.x2, w.q8, w.scale, c.bias, c.out2);
+  return c.out;
+}
+
+Q8Rows quantize_rows_q8(const Tensor& x) {
+  const OpScope scope("quantize_rows_q8");
+  const char* op = "quantize_rows_q8";
+  detail::check_defined(op, x, "x");
+  detail::check_floating(op, x, "x");
+  TESSERA_CHECK(x.dim() >= 1 && x.size(x.dim() - 1) % kBlock == 0, op, ": x ", x.describe(),
+                " must end in a multiple of ", kBlock);
+  const int64_t K = x.size(x.dim() - 1), M = K == 0 ? 0 : x.numel() / K;
+  Q8Rows r{empty(Shape{M, K / 4}, DType::i32, x.device()), empty(Shape{M}, DType::f32, x.device())};
+  if (M * K > 0) backend(x).quantize_rows_q8(view(contiguous(x), Shape{M, K}), r.q, r.scale);
+  return r;
+}
+
+Tensor linear_w8a8(const Tensor& x, const Q8Weight& w, const Tensor& bias) {
+  const OpScope scope("linear_w8a8");
+  const LinearQ8Call c = prepare_linear("linear_w8a8", x, w, bias);
+  if (!c.out2.defined()) return c.out;
+  const Q8Rows rows = quantize_rows_q8(c.x2);
+  backend(x).linear_w8a8(rows.q, rows.scale, w.q8, w.scale, c.bias, c.out2);
+  return c.out;
 }
 
 }  // namespace tessera::ops

@@ -31,4 +31,18 @@ Tensor dequantize_q8(const Q8Weight& w, DType dtype = DType::f32);
 // gradient flows to the quantized weight.
 Tensor linear_q8(const Tensor& x, const Q8Weight& w, const Tensor& bias = Tensor());
 
+// W8A8: the activations in int8 too, quantized on the fly with one scale per row (per token,
+// as LLM.int8() and SmoothQuant's dynamic mode do): s = max|x_row| / 127 and q = round(x / s).
+// The products are then int8 x int8 summed exactly in int32 over each 32-block, and only the
+// block sums are scaled in f32. Activation outliers cost the whole row's precision (measured
+// on the main job's model: docs/serving.md).
+struct Q8Rows {
+  Tensor q;      // i32 [M, K/4], four int8 per word
+  Tensor scale;  // f32 [M]
+};
+// x [..., K] (floating, any device; K a multiple of 32) flattened to M rows.
+Q8Rows quantize_rows_q8(const Tensor& x);
+// linear_q8's contract with x quantized by quantize_rows_q8 first: [..., N] in x's dtype.
+Tensor linear_w8a8(const Tensor& x, const Q8Weight& w, const Tensor& bias = Tensor());
+
 }  // namespace tessera::ops

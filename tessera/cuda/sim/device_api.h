@@ -386,6 +386,13 @@ inline float __fmaf_rn(float x, float y, float z) { return std::fma(x, y, z); }
 inline float __saturatef(float x) { return x > 0.0f ? (x < 1.0f ? x : 1.0f) : 0.0f; }
 inline int __float2int_rn(float x) { return int(std::nearbyint(x)); }
 inline int __float2int_rz(float x) { return int(x); }
+// Four signed bytes of a dotted with those of b, plus c (sm_61+'s dp4a), in int32.
+inline int __dp4a(int a, int b, int c) {
+  for (int j = 0; j < 4; ++j)
+    c += int(static_cast<signed char>(unsigned(a) >> (8 * j))) *
+         int(static_cast<signed char>(unsigned(b) >> (8 * j)));
+  return c;
+}
 inline float __int2float_rn(int x) { return float(x); }
 inline float __int_as_float(int x) { return std::bit_cast<float>(x); }
 inline int __float_as_int(float x) { return std::bit_cast<int>(x); }
