@@ -7,9 +7,12 @@
 //                                bytes = the weight read once (4 B/element f32, 34/32 Q8_0)
 //                                plus x and y; FLOPs = 2 M N K. Batch 1 is a memory-bound GEMV,
 //                                where Q8_0 reads 3.76x fewer weight bytes.
+//   BM_LinearW8A8                the same with x's rows quantized to int8 in the op (W8A8), the
+//                                products int8 x int8.
 //   BM_DecodeF32 / BM_DecodeQ8   one decode step (a token per sequence against a KV cache of
 //                                64 positions) of an 87M-parameter GPT (12 x 768), M sequences:
-//                                decode tokens/s = M / time.
+//                                decode tokens/s = M / time. BM_DecodeW8A8: the Q8_0 model
+//                                with int8 activations.
 
 #include <vector>
 
@@ -63,6 +66,20 @@ void BM_LinearQ8(benchmark::State& state) {
   set_linear_counters(state, m, k, n, 34.0 / 32.0 * double(n * k));
 }
 
+// W8A8: the same weight, x quantized per row inside the op (its cost is in the time).
+void BM_LinearW8A8(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  Generator gen(1);
+  const Tensor x = randn({m, k}, gen);
+  const ops::Q8Weight w = ops::quantize_q8(randn({n, k}, gen));
+  if (!warm_up(state, [&] { ops::linear_w8a8(x, w); })) return;
+  for (auto _ : state) {
+    Tensor y = ops::linear_w8a8(x, w);
+    benchmark::DoNotOptimize(y.data_ptr());
+  }
+  set_linear_counters(state, m, k, n, 34.0 / 32.0 * double(n * k));
+}
+
 void linear_shapes(benchmark::internal::Benchmark* b) {
   for (int64_t m : {1, 2, 4, 8, 16}) {
     b->Args({m, 768, 3072});
@@ -78,12 +95,15 @@ nn::GPTConfig decode_config() {
   return c;
 }
 
+enum class Weights { f32, q8, w8a8 };
+
 // One decode step for M sequences whose caches hold 64 positions.
-void decode(benchmark::State& state, bool quantized) {
+void decode(benchmark::State& state, Weights weights) {
   const int64_t m = state.range(0);
   nn::GPTConfig c = decode_config();
   nn::GPT model(c);
-  if (quantized) model.quantize_q8();
+  if (weights != Weights::f32) model.quantize_q8();
+  if (weights == Weights::w8a8) model.set_int8_activations(true);
   model.eval();
   NoGradGuard no_grad;
   nn::KVCache cache(c, m);
@@ -108,16 +128,24 @@ void decode(benchmark::State& state, bool quantized) {
   state.counters["threads"] = double(num_threads());
 }
 
-void BM_DecodeF32(benchmark::State& state) { decode(state, false); }
-void BM_DecodeQ8(benchmark::State& state) { decode(state, true); }
+void BM_DecodeF32(benchmark::State& state) {
+  decode(state, Weights::f32);
+}
+void BM_DecodeQ8(benchmark::State& state) {
+  decode(state, Weights::q8);
+}
+void BM_DecodeW8A8(benchmark::State& state) {
+  decode(state, Weights::w8a8);
+}
 void BM_DecodeF32Eigen(benchmark::State& state) {
   const EigenOnly eigen;
-  decode(state, false);
+  decode(state, Weights::f32);
 }
 
 BENCHMARK(BM_LinearF32)->Apply(linear_shapes);
 BENCHMARK(BM_LinearF32Eigen)->Apply(linear_shapes);
 BENCHMARK(BM_LinearQ8)->Apply(linear_shapes);
+BENCHMARK(BM_LinearW8A8)->Apply(linear_shapes);
 // Batches 1 to 16: a step's cost against its batch, a + c·M, is what decides whether batching
 // more sequences costs their latency (docs/benchmarks.md, serving).
 void decode_batches(benchmark::internal::Benchmark* b) {
@@ -128,6 +156,7 @@ void decode_batches(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_DecodeF32)->Apply(decode_batches);
 BENCHMARK(BM_DecodeF32Eigen)->Apply(decode_batches);
 BENCHMARK(BM_DecodeQ8)->Apply(decode_batches);
+BENCHMARK(BM_DecodeW8A8)->Apply(decode_batches);
 
 }  // namespace
 }  // namespace tessera::bench

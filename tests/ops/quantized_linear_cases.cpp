@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "ops/harness.h"
+#include "tessera/core/cpu/linear_w8a8_paths.h"
 #include "tessera/core/ops/quantized_linear.h"
 
 namespace tessera::testing {
@@ -242,7 +243,7 @@ TEST(LinearQ8, RowsDoNotDependOnTheBatchOrThreads) {
 // (2+6)) + ((1+5) + (3+7)), then fma(s, total, bias). Equal bit for bit, for every row of a batch
 // of 1 to 9 rows (the kernel's passes of 4 rows and their leftovers), N = 11 (passes of 4 and 2
 // weight rows and their leftovers), 1 and 2 threads: so a row's result depends neither on its
-// batch, nor on the thread count, nor on AVX2 against the portable loop.
+// batch, nor on the thread count, nor on the path (AVX2 where built, and the portable loop).
 TEST(LinearW8A8, FollowsItsSummationOrderBitForBit) {
   Generator gen(7, 0);
   const int64_t K = 160, N = 11, blocks = K / 32;
@@ -251,28 +252,32 @@ TEST(LinearW8A8, FollowsItsSummationOrderBitForBit) {
   const std::vector<int32_t> words = to_vector<int32_t>(w.q8);
   const std::vector<float> d = to_vector<float>(w.scale), b = to_vector<float>(bias);
   const int threads = num_threads();
-  for (int64_t M = 1; M <= 9; ++M)
-    for (int t : {1, 2}) {
-      set_num_threads(t);
-      const Tensor x = randn(Shape{M, K}, gen);
-      const RowsRef r = rows_reference(to_vector<double>(x), M, K);
-      const std::vector<float> got = to_vector<float>(ops::linear_w8a8(x, w, bias));
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = 0; n < N; ++n) {
-          float lane[8] = {};
-          for (int64_t blk = 0; blk < blocks; ++blk)
-            for (int j = 0; j < 8; ++j) {
-              int32_t dot = 0;
-              for (int64_t k = blk * 32 + 4 * j; k < blk * 32 + 4 * j + 4; ++k)
-                dot += int32_t(r.q[size_t(m * K + k)]) * stored(words, K, n, k);
-              lane[j] = std::fma(float(dot), d[size_t(n * blocks + blk)], lane[j]);
-            }
-          const float total = ((lane[0] + lane[4]) + (lane[2] + lane[6])) +
-                              ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-          ASSERT_EQ(got[size_t(m * N + n)], std::fma(r.s[size_t(m)], total, b[size_t(n)]))
-              << "M=" << M << " row " << m << " column " << n << " threads " << t;
-        }
-    }
+  for (bool vector : {true, false})
+    for (int64_t M = 1; M <= 9; ++M)
+      for (int t : {1, 2}) {
+        cpu::set_w8a8_vector_enabled(vector);
+        set_num_threads(t);
+        const Tensor x = randn(Shape{M, K}, gen);
+        const RowsRef r = rows_reference(to_vector<double>(x), M, K);
+        const std::vector<float> got = to_vector<float>(ops::linear_w8a8(x, w, bias));
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            float lane[8] = {};
+            for (int64_t blk = 0; blk < blocks; ++blk)
+              for (int j = 0; j < 8; ++j) {
+                int32_t dot = 0;
+                for (int64_t k = blk * 32 + 4 * j; k < blk * 32 + 4 * j + 4; ++k)
+                  dot += int32_t(r.q[size_t(m * K + k)]) * stored(words, K, n, k);
+                lane[j] = std::fma(float(dot), d[size_t(n * blocks + blk)], lane[j]);
+              }
+            const float total = ((lane[0] + lane[4]) + (lane[2] + lane[6])) +
+                                ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+            ASSERT_EQ(got[size_t(m * N + n)], std::fma(r.s[size_t(m)], total, b[size_t(n)]))
+                << (vector && cpu::w8a8_vector_available() ? "AVX2" : "portable") << " M=" << M
+                << " row " << m << " column " << n << " threads " << t;
+          }
+      }
+  cpu::set_w8a8_vector_enabled(true);
   set_num_threads(threads);
 }
 

@@ -7,7 +7,8 @@
 #   queue     --max-running 1 on a wider model: a request queues behind a long stream, the
 #             stream's client hangs up, the request is cancelled and its KV blocks freed
 #   cuda-sim  --device cuda-sim serves the CPU's greedy text
-#   int8      ckpt quantize --to int8 (with the loss before and after), generate and serve it
+#   int8      ckpt quantize --to int8 (with the loss before and after, and with int8
+#             activations), generate and serve it with and without --int8-activations
 #   tp        (with MPIEXEC) mpiexec -n 2 serve --tp 2 gives the same answers; SIGINT and
 #             SIGTERM to mpiexec stop both ranks with status 0
 #   loading   /health is 503 until the model is in (tests/tools/serve_app_test.cpp, in-process)
@@ -99,17 +100,24 @@ stop_server
   --eval-batches 2 --batch-size 2 --seq-len 32 >quantize.log 2>&1 || { cat quantize.log >&2; fail "quantize"; }
 grep -q "quantized 8 linear weights to Q8_0" quantize.log || fail "quantize: $(cat quantize.log)"
 grep -q "validation loss over 2 batches of 2 x 32" quantize.log || fail "quantize: $(cat quantize.log)"
-"$tessera" generate --model run-int8 --prompt "line 1" --max-new-tokens 8 --temperature 0 \
-  >/dev/null 2>&1 || fail "generate from the quantized run"
-start_server serve.err --model run-int8
-python3 - "$port" <<'PY' || fail "serving the quantized run"
+grep -q "with int8 activations too (W8A8" quantize.log || fail "quantize, W8A8: $(cat quantize.log)"
+for w8a8 in "" --int8-activations; do
+  "$tessera" generate --model run-int8 --prompt "line 1" --max-new-tokens 8 --temperature 0 \
+    $w8a8 >/dev/null 2>&1 || fail "generate from the quantized run $w8a8"
+  start_server serve.err --model run-int8 $w8a8
+  python3 - "$port" <<'PY' || fail "serving the quantized run $w8a8"
 import http.client, json, sys
 conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=60)
 conn.request("POST", "/v1/completions", json.dumps({"prompt": "line 1", "max_tokens": 8, "temperature": 0}))
 r = conn.getresponse()
 assert r.status == 200 and json.loads(r.read())["usage"]["completion_tokens"] >= 1
 PY
-stop_server
+  stop_server
+done
+err=$("$tessera" generate --model run --prompt x --int8-activations 2>&1) &&
+  fail "--int8-activations accepted on a full-precision run"
+echo "$err" | grep -qF "generate: --int8-activations needs a model with Q8_0 weights" ||
+  fail "--int8-activations: $err"
 err=$("$tessera" ckpt quantize run --to int4 --output x 2>&1) && fail "--to int4 accepted"
 echo "$err" | grep -qF "ckpt quantize: --to must be int8, got 'int4'" || fail "int4: $err"
 err=$("$tessera" ckpt convert run-int8 --to hf --output x 2>&1) && fail "converted a quantized run"

@@ -104,11 +104,28 @@ void quantize(const QuantizeFlags& f) {
               << f.batch_size << " x " << seq_len << ": " << before_loss << " -> " << after_loss
               << "; perplexity " << std::exp(before_loss) << " -> " << std::exp(after_loss) << " ("
               << (delta >= 0 ? "+" : "") << delta << ")\n";
+    // W8A8 is a way to run these weights, not a format: measured here, chosen at load time.
+    m.model->set_int8_activations(true);
+    const double w8a8_loss = mean_loss(*m.model, f, seq_len).loss;
+    m.model->set_int8_activations(false);
+    const double w8a8_delta = std::exp(w8a8_loss) - std::exp(before_loss);
+    std::cout << "ckpt: with int8 activations too (W8A8, --int8-activations of generate and "
+              << "serve): loss " << w8a8_loss << "; perplexity " << std::exp(w8a8_loss) << " ("
+              << (w8a8_delta >= 0 ? "+" : "") << w8a8_delta << ")\n";
   }
   std::cout << "ckpt: wrote " << dir << "\n";
 }
 
 }  // namespace
+
+void use_int8_activations(nn::GPT& model, const std::string& spec, const char* command) {
+  TESSERA_CHECK(
+      model.config().quantization == "q8_0", command, ": --int8-activations needs a ",
+      "model with Q8_0 weights (tessera ckpt quantize --to int8); ", spec, " holds ",
+      model.config().quantization.empty() ? "full-precision" : model.config().quantization,
+      " weights");
+  model.set_int8_activations(true);
+}
 
 void add_ckpt_quantize_command(CLI::App& ckpt) {
   auto f = std::make_shared<QuantizeFlags>();

@@ -3,6 +3,11 @@
 // callback that runs it; errors propagate as tessera::Error and main() prints them.
 
 #include <CLI/CLI.hpp>
+#include <string>
+
+namespace tessera::nn {
+class GPT;
+}
 
 namespace tessera::cli {
 
@@ -22,5 +27,9 @@ void add_plan_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 // `tessera ckpt quantize`, a subcommand of ckpt (ckpt_quantize.cpp).
 void add_ckpt_quantize_command(CLI::App& ckpt);
+
+// --int8-activations of generate and serve: W8A8 on a model quantized by ckpt quantize; refused,
+// naming `command` and the model `spec`, for any other.
+void use_int8_activations(nn::GPT& model, const std::string& spec, const char* command);
 
 }  // namespace tessera::cli

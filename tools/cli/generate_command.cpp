@@ -35,7 +35,7 @@ struct GenerateFlags {
   double temperature = 0.8, top_p = 1.0;
   uint64_t seed = 0;
   int threads = 0, tp = 1;
-  bool no_cache = false, no_eos = false;
+  bool no_cache = false, no_eos = false, int8_activations = false;
 };
 
 // Generates for `prompts` (encoded) as batches of equal length (the KV cache holds one length
@@ -83,6 +83,7 @@ void generate_on_rank(const GenerateFlags& f, bool prints) {
                 " is not supported (tensor-parallel generation runs on the "
                 "CPU); use one of them");
   LoadedModel loaded = load_model(f.model, f.n_head, make_tp_group(f.tp, "generate"));
+  if (f.int8_activations) use_int8_activations(*loaded.model, f.model, "generate");
   if (f.device != "cpu") {
     const Device device = train::open_train_device(f.device, 0, "generate");
     nn::move_to_device(loaded.model->state_dict(), device);
@@ -174,6 +175,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--stop", f->stop, "end a completion at this string (repeatable); it is cut")
       ->allow_extra_args(false);
   cmd->add_flag("--no-eos", f->no_eos, "do not end a completion at the end-of-text token");
+  cmd->add_flag("--int8-activations", f->int8_activations,
+                "W8A8: quantize the linear layers' inputs to int8 per token too (a Q8_0 model)");
   cmd->add_option("--device", f->device, "cpu (default), cuda or cuda-sim (the simulated GPU)");
   cmd->add_option("--tp", f->tp,
                   "tensor-parallel ranks: run as mpiexec -n T tessera generate --tp T");

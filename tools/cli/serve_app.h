@@ -16,7 +16,7 @@ struct ServeFlags {
   int port = 8000, tp = 1, threads = 0;
   int64_t kv_blocks = 0, block_size = 16, max_batch_tokens = 512, max_running = 32;
   int64_t max_body_bytes = 1 << 20;
-  bool no_chunked_prefill = false;
+  bool no_chunked_prefill = false, int8_activations = false;
 };
 
 class ServeApp {

@@ -387,6 +387,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--no-chunked-prefill", f->no_chunked_prefill,
                 "a prompt waits until it fits whole in one iteration");
   cmd->add_option("--max-body-bytes", f->max_body_bytes, "largest request body accepted");
+  cmd->add_flag("--int8-activations", f->int8_activations,
+                "W8A8: quantize the linear layers' inputs to int8 per token too (a Q8_0 model)");
   cmd->add_option("--threads", f->threads, "CPU threads (0: all)");
   cmd->callback([f] { run_serve(*f); });
 }

@@ -1,5 +1,6 @@
 #include "cli/serve_model.h"
 
+#include "cli/commands.h"
 #include "cli/stop_signals.h"
 #include "cli/tp_group.h"
 #include "tessera/core/error.h"
@@ -22,6 +23,7 @@ ServedModel load_served_model(const ServeFlags& f) {
   ServedModel m;
   m.tp = make_tp_group(f.tp, "serve");
   m.loaded = std::make_unique<train::LoadedModel>(train::load_model(f.model, 0, m.tp));
+  if (f.int8_activations) use_int8_activations(*m.loaded->model, f.model, "serve");
   if (f.device != "cpu")
     nn::move_to_device(m.loaded->model->state_dict(),
                        train::open_train_device(f.device, 0, "serve"));

@@ -5,10 +5,11 @@
 // AVX2, four instructions on one 32-byte register each: sign(w, x) (w with x's signs), maddubs
 // (|x| as unsigned bytes times that, adjacent pairs added into 16 bits: at most 2 * 127 * 127 =
 // 32,258, so it never saturates), madd with ones (pairs into 8 int32 lanes of 4 products each,
-// exact), then one convert and one FMA by the block's scale into 8 float lanes. Against the
-// weight-only kernel (cpu_linear_q8.cpp), which widens 32 int8 weights to floats, scales them
-// and runs 4 FMAs per row of x, this is about a third of the vector operations per block and
-// row. |x| is formed once per row of x, not per weight row.
+// exact), then one convert and one FMA by the block's scale into 8 float lanes. The
+// weight-only kernel (cpu_linear_q8.cpp) widens the 32 int8 weights to scaled floats (about 20
+// vector operations, shared by the up to 4 rows of a pass) and runs 4 FMAs per row: 24
+// operations per block at batch 1 against 5 here, 9 per row against 5 in passes of 4.
+// |x| is formed once per row of x, not per weight row.
 //
 // Bound: at batch 1 the weight's 34 bytes per 32 weights from memory, as weight-only; past a few
 // rows the integer pipe: 5 vector operations per 32 multiply-adds per (row, weight row).
@@ -16,7 +17,8 @@
 // Order: lane j of an output sums float(int32 sum of the products 4j..4j+3 of block b) * d_b
 // by FMA over the blocks b in order; the 8 lanes are added in a fixed tree, the total times
 // the row's scale plus the bias in one FMA (explicit, so that no compiler's contraction choice
-// changes a bit). The portable path (no AVX2) does the same with std::fma, so
+// changes a bit). The portable path (every build; the only one without AVX2) does the same with
+// std::fma (linear_w8a8_paths.h switches between them), so
 // a result depends neither on the path, the thread count, nor on the rows batched with it
 // (tests/ops/quantized_linear_cases.cpp).
 
@@ -31,6 +33,7 @@
 
 #include "tessera/core/cpu/cpu_backend.h"
 #include "tessera/core/cpu/f16_scales.h"
+#include "tessera/core/cpu/linear_w8a8_paths.h"
 #include "tessera/core/cpu/parallel.h"
 #include "tessera/core/detail/element_convert.h"
 
@@ -56,40 +59,8 @@ inline float lanes_total(const float* l) {
 // R rows of x (int8 values xq and their magnitudes xa, stride K) against C weight rows (q,
 // stride K; scales as floats, stride `blocks`): lane sums into total[r][c] by lanes_total.
 template <int R, int C>
-void dot_w8a8(const int8_t* q, const float* scale, const int8_t* xq, const uint8_t* xa, int64_t K,
-              int64_t blocks, float total[R][C]) {
-#if defined(TESSERA_W8A8_AVX2)
-  __m256 acc[R][C];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < blocks; ++b) {
-    __m256i w[C];
-    __m256 d[C];
-    for (int c = 0; c < C; ++c) {
-      w[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + c * K + b * kBlock));
-      d[c] = _mm256_set1_ps(scale[c * blocks + b]);
-    }
-    for (int r = 0; r < R; ++r) {
-      const __m256i x =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * K + b * kBlock));
-      const __m256i ax =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa + r * K + b * kBlock));
-      for (int c = 0; c < C; ++c) {
-        const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w[c], x));
-        const __m256i p32 = _mm256_madd_epi16(p16, ones);
-        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), d[c], acc[r][c]);
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) {
-      alignas(32) float l[kLanes];
-      _mm256_store_ps(l, acc[r][c]);
-      total[r][c] = lanes_total(l);
-    }
-#else
-  (void)xa;
+void dot_portable(const int8_t* q, const float* scale, const int8_t* xq, int64_t K, int64_t blocks,
+                  float total[R][C]) {
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) {
       float l[kLanes] = {};
@@ -104,32 +75,97 @@ void dot_w8a8(const int8_t* q, const float* scale, const int8_t* xq, const uint8
         }
       total[r][c] = lanes_total(l);
     }
-#endif
 }
+
+#if defined(TESSERA_W8A8_AVX2)
+template <int R, int C>
+void dot_avx2(const int8_t* q, const float* scale, const int8_t* xq, const uint8_t* xa, int64_t K,
+              int64_t blocks, float total[R][C]) {
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256i w[C];
+    __m256 d[C];
+    for (int c = 0; c < C; ++c) {
+      w[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + c * K + b * kBlock));
+      d[c] = _mm256_set1_ps(scale[c * blocks + b]);
+    }
+    for (int r = 0; r < R; ++r) {
+      const auto* xr = reinterpret_cast<const __m256i*>(xq + r * K + b * kBlock);
+      const auto* ar = reinterpret_cast<const __m256i*>(xa + r * K + b * kBlock);
+      const __m256i x = _mm256_loadu_si256(xr), ax = _mm256_loadu_si256(ar);
+      for (int c = 0; c < C; ++c) {
+        const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w[c], x));
+        const __m256i p32 = _mm256_madd_epi16(p16, ones);
+        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), d[c], acc[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      alignas(32) float l[kLanes];
+      _mm256_store_ps(l, acc[r][c]);
+      total[r][c] = lanes_total(l);
+    }
+}
+#endif
+
+template <int R, int C>
+void dot_w8a8(bool vector, const int8_t* q, const float* scale, const int8_t* xq, const uint8_t* xa,
+              int64_t K, int64_t blocks, float total[R][C]) {
+#if defined(TESSERA_W8A8_AVX2)
+  if (vector) return dot_avx2<R, C>(q, scale, xq, xa, K, blocks, total);
+#endif
+  (void)vector;
+  (void)xa;
+  dot_portable<R, C>(q, scale, xq, K, blocks, total);
+}
+
+bool g_vector_enabled = true;
 
 // The pass over `rows` (1 to kRows) rows of x and `cols` (1 to C) weight rows, R and C fixed
 // at compile time from them.
 template <int C, int R = 1>
-void dot_rows(int64_t rows, int64_t cols, const int8_t* q, const float* scale, const int8_t* xq,
-              const uint8_t* xa, int64_t K, int64_t blocks, float total[kRows][kColsSingle]) {
+void dot_rows(bool vector, int64_t rows, int64_t cols, const int8_t* q, const float* scale,
+              const int8_t* xq, const uint8_t* xa, int64_t K, int64_t blocks,
+              float total[kRows][kColsSingle]) {
   if constexpr (R <= kRows) {
-    if (rows != R) return dot_rows<C, R + 1>(rows, cols, q, scale, xq, xa, K, blocks, total);
+    if (rows != R)
+      return dot_rows<C, R + 1>(vector, rows, cols, q, scale, xq, xa, K, blocks, total);
     if (cols == C) {
       float t[R][C];
-      dot_w8a8<R, C>(q, scale, xq, xa, K, blocks, t);
+      dot_w8a8<R, C>(vector, q, scale, xq, xa, K, blocks, t);
       for (int r = 0; r < R; ++r)
         for (int c = 0; c < C; ++c) total[r][c] = t[r][c];
       return;
     }
     for (int64_t c = 0; c < cols; ++c) {  // the last weight rows of a thread's range
       float t[R][1];
-      dot_w8a8<R, 1>(q + c * K, scale + c * blocks, xq, xa, K, blocks, t);
+      dot_w8a8<R, 1>(vector, q + c * K, scale + c * blocks, xq, xa, K, blocks, t);
       for (int r = 0; r < R; ++r) total[r][c] = t[r][0];
     }
   }
 }
 
 }  // namespace
+
+bool cpu::w8a8_vector_available() {
+#if defined(TESSERA_W8A8_AVX2)
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool cpu::w8a8_vector_enabled() {
+  return w8a8_vector_available() && g_vector_enabled;
+}
+
+void cpu::set_w8a8_vector_enabled(bool enabled) {
+  g_vector_enabled = enabled;
+}
 
 void CpuBackend::quantize_rows_q8(const Tensor& x, const Tensor& xq, const Tensor& xscale) {
   const char* op = "quantize_rows_q8";
@@ -173,6 +209,7 @@ void CpuBackend::linear_w8a8(const Tensor& xq, const Tensor& xscale, const Tenso
     const T* bp = bias.defined() ? bias.data<T>(op) : nullptr;
     T* o = out.data<T>(op);
     const int64_t C = M == 1 ? kColsSingle : kColsBatched;
+    const bool vector = cpu::w8a8_vector_enabled();
     cpu::parallel_for(
         N, std::max<int64_t>(1, 4096 / std::max<int64_t>(K, 1)), [&](int64_t lo, int64_t hi) {
           std::vector<float> scales(static_cast<size_t>(kColsSingle * blocks));
@@ -183,10 +220,10 @@ void CpuBackend::linear_w8a8(const Tensor& xq, const Tensor& xscale, const Tenso
             for (int64_t m = 0; m < M; m += kRows) {
               const int64_t rows = std::min<int64_t>(kRows, M - m);
               if (C == kColsSingle)
-                dot_rows<kColsSingle>(rows, cols, q + n * K, scales.data(), x8 + m * K,
+                dot_rows<kColsSingle>(vector, rows, cols, q + n * K, scales.data(), x8 + m * K,
                                       xa.data() + m * K, K, blocks, total);
               else
-                dot_rows<kColsBatched>(rows, cols, q + n * K, scales.data(), x8 + m * K,
+                dot_rows<kColsBatched>(vector, rows, cols, q + n * K, scales.data(), x8 + m * K,
                                        xa.data() + m * K, K, blocks, total);
               for (int64_t r = 0; r < rows; ++r)
                 for (int64_t c = 0; c < cols; ++c) {
