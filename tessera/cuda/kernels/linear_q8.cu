@@ -13,6 +13,7 @@
 
 #include <type_traits>
 
+#include "tessera/cuda/kernels/row_partials.h"
 #include "tessera/cuda/kernels/vector_io.h"
 
 namespace tessera::cuda {
@@ -52,14 +53,7 @@ __global__ void linear_q8_kernel(const T* __restrict__ x, const int32_t* __restr
         acc[r] += dot;
       }
     }
-    for (int r = 0; r < kRowsPerPass; ++r) partial[r * kThreads + t] = acc[r];
-    __syncthreads();
-    for (int half = kThreads / 2; half > 0; half /= 2) {
-      if (t < half)
-        for (int r = 0; r < kRowsPerPass; ++r)
-          partial[r * kThreads + t] += partial[r * kThreads + t + half];
-      __syncthreads();
-    }
+    reduce_row_partials<kThreads>(acc, partial);
     if (t < rows) {
       const A y = partial[t * kThreads] + (bias != nullptr ? load_acc(bias + n) : A(0));
       out[(m0 + t) * N + n] = convert<T>(y);

@@ -19,6 +19,7 @@
 
 #include "tessera/cuda/device.h"
 #include "tessera/cuda/kernels/launchers.h"
+#include "tessera/cuda/kernels/row_partials.h"
 #include "tessera/cuda/kernels/vector_io.h"
 
 namespace tessera::cuda {
@@ -81,14 +82,7 @@ __global__ void linear_w8a8_kernel(const int32_t* __restrict__ xq, const float* 
         acc[r] = __fmaf_rn(float(dot), d, acc[r]);
       }
     }
-    for (int r = 0; r < kRowsPerPass; ++r) partial[r * kThreads + t] = acc[r];
-    __syncthreads();
-    for (int half = kThreads / 2; half > 0; half /= 2) {
-      if (t < half)
-        for (int r = 0; r < kRowsPerPass; ++r)
-          partial[r * kThreads + t] += partial[r * kThreads + t + half];
-      __syncthreads();
-    }
+    reduce_row_partials<kThreads>(acc, partial);
     if (t < rows) {
       const float b = bias != nullptr ? float(load_acc(bias + n)) : 0.0f;
       out[(m0 + t) * N + n] = convert<T>(__fmaf_rn(xscale[m0 + t], partial[t * kThreads], b));
