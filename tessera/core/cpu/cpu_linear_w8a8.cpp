@@ -2,10 +2,10 @@
 // against Q8_0 weights.
 //
 // Algorithm. A 32-block of a weight row dotted with the same 32 inputs of a row of x is, with
-// AVX2, four instructions on one 32-byte register each: sign(w, x) (w with x's signs), maddubs
+// AVX2, five instructions on one 32-byte register each: sign(w, x) (w with x's signs), maddubs
 // (|x| as unsigned bytes times that, adjacent pairs added into 16 bits: at most 2 * 127 * 127 =
 // 32,258, so it never saturates), madd with ones (pairs into 8 int32 lanes of 4 products each,
-// exact), then one convert and one FMA by the block's scale into 8 float lanes. The
+// exact), a convert, and an FMA by the block's scale into 8 float lanes. The
 // weight-only kernel (cpu_linear_q8.cpp) widens the 32 int8 weights to scaled floats (about 20
 // vector operations, shared by the up to 4 rows of a pass) and runs 4 FMAs per row: 24
 // operations per block at batch 1 against 5 here, 9 per row against 5 in passes of 4.
@@ -18,9 +18,8 @@
 // by FMA over the blocks b in order; the 8 lanes are added in a fixed tree, the total times
 // the row's scale plus the bias in one FMA (explicit, so that no compiler's contraction choice
 // changes a bit). The portable path (every build; the only one without AVX2) does the same with
-// std::fma (linear_w8a8_paths.h switches between them), so
-// a result depends neither on the path, the thread count, nor on the rows batched with it
-// (tests/ops/quantized_linear_cases.cpp).
+// std::fma (linear_w8a8_paths.h switches between them), so a result depends neither on the
+// path, the thread count, nor on the rows batched with it (tests/ops/quantized_linear_cases.cpp).
 
 #include <algorithm>
 #include <cmath>
@@ -45,7 +44,8 @@ constexpr int64_t kBlock = 32;
 constexpr int kLanes = 8;
 // Rows of x per pass over the weight rows, and weight rows per pass: 4 x 2 keeps 8 float
 // accumulators, the two weight blocks and the ones in AVX2's 16 registers; at batch 1, 4
-// weight rows give 4 streams from memory, as the weight-only kernel reads them.
+// weight rows give 4 streams from memory, as the weight-only kernel reads them. Chosen by
+// register count; other shapes have not been timed.
 constexpr int kRows = 4;
 constexpr int kColsBatched = 2;
 constexpr int kColsSingle = 4;
