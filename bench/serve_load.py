@@ -82,6 +82,8 @@ def start_server(args, batching, max_running, max_batch_tokens):
         cmd += ["--threads", str(args.threads)]
     if args.kv_blocks:
         cmd += ["--kv-blocks", str(args.kv_blocks)]
+    if args.int8_activations:
+        cmd += ["--int8-activations"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     port = None
     for line in proc.stderr:
@@ -197,6 +199,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--device", default="", help="what `tessera serve --device` takes "
                     "(default: the server's own, the CPU)")
+    ap.add_argument("--int8-activations", action="store_true",
+                    help="serve a Q8_0 model as W8A8 (`tessera serve --int8-activations`)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="")
     ap.add_argument("--plot", default="")
