@@ -53,31 +53,27 @@ void BM_LinearF32Eigen(benchmark::State& state) {
   BM_LinearF32(state);
 }
 
-void BM_LinearQ8(benchmark::State& state) {
+// x [M, K] times a Q8_0 weight through `linear` (ops::linear_q8, or ops::linear_w8a8, whose
+// time includes quantizing x per row).
+template <Tensor (*linear)(const Tensor&, const ops::Q8Weight&, const Tensor&)>
+void BM_LinearInt8(benchmark::State& state) {
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
   Generator gen(1);
   const Tensor x = randn({m, k}, gen);
   const ops::Q8Weight w = ops::quantize_q8(randn({n, k}, gen));
-  if (!warm_up(state, [&] { ops::linear_q8(x, w); })) return;
+  if (!warm_up(state, [&] { linear(x, w, Tensor()); })) return;
   for (auto _ : state) {
-    Tensor y = ops::linear_q8(x, w);
+    Tensor y = linear(x, w, Tensor());
     benchmark::DoNotOptimize(y.data_ptr());
   }
   set_linear_counters(state, m, k, n, 34.0 / 32.0 * double(n * k));
 }
 
-// W8A8: the same weight, x quantized per row inside the op (its cost is in the time).
+void BM_LinearQ8(benchmark::State& state) {
+  BM_LinearInt8<ops::linear_q8>(state);
+}
 void BM_LinearW8A8(benchmark::State& state) {
-  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
-  Generator gen(1);
-  const Tensor x = randn({m, k}, gen);
-  const ops::Q8Weight w = ops::quantize_q8(randn({n, k}, gen));
-  if (!warm_up(state, [&] { ops::linear_w8a8(x, w); })) return;
-  for (auto _ : state) {
-    Tensor y = ops::linear_w8a8(x, w);
-    benchmark::DoNotOptimize(y.data_ptr());
-  }
-  set_linear_counters(state, m, k, n, 34.0 / 32.0 * double(n * k));
+  BM_LinearInt8<ops::linear_w8a8>(state);
 }
 
 void linear_shapes(benchmark::internal::Benchmark* b) {
