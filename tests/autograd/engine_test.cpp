@@ -72,6 +72,44 @@ TEST(Autograd, InPlaceChangeOfSavedTensorIsCaught) {
   EXPECT_THROW(y.backward(), Error);
 }
 
+// A node keeps only what its backward reads. x * c with c constant needs c for x's gradient
+// and nothing for c's, so x is not kept: the vocab-parallel embedding's masked lookup is such
+// a product, and keeping x held one [tokens, h] activation per micro-batch in flight.
+TEST(Autograd, AProductWithAConstantKeepsOnlyWhatTheGradientReads) {
+  const int64_t n = int64_t(1) << 16;  // 256 KiB per tensor, a multiple of any rounding
+  const int64_t bytes = n * 4;
+  Tensor w = full(Shape{n}, 1.5);
+  w.set_requires_grad(true);
+  const Tensor c = full(Shape{n}, 2.0);
+  Allocator& cpu = allocator_for(Device::cpu());
+  for (int form = 0; form < 3; ++form) {
+    SCOPED_TRACE(form == 0 ? "x * c" : form == 1 ? "c * x" : "x / c");
+    w.set_grad(Tensor());
+    const int64_t before = cpu.stats().live_bytes;
+    Tensor y;
+    {
+      Tensor x = w + w;  // an intermediate that add's node does not keep
+      y = form == 0 ? mul(x, c) : form == 1 ? mul(c, x) : div(x, c);
+    }
+    // Live: y alone. Keeping x would add its 256 KiB.
+    EXPECT_EQ(cpu.stats().live_bytes - before, bytes);
+    sum(y).backward();
+    EXPECT_EQ(to_vector<float>(w.grad())[n - 1], form == 2 ? 1.f : 4.f);  // 2c or 2 / c
+  }
+  // Both factors trainable: each gradient reads the other factor, so both are kept.
+  Tensor v = full(Shape{n}, 0.5);
+  v.set_requires_grad(true);
+  const int64_t before = cpu.stats().live_bytes;
+  Tensor y;
+  {
+    Tensor x = w + w;
+    y = mul(x, v);
+  }
+  EXPECT_EQ(cpu.stats().live_bytes - before, 2 * bytes);
+  sum(y).backward();
+  EXPECT_EQ(to_vector<float>(v.grad())[0], 3.f);
+}
+
 TEST(Autograd, CustomFunction) {
   struct Cube : autograd::Function {
     const char* name() const override { return "cube"; }

@@ -56,7 +56,11 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   Tensor out = ops::binary(op, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     auto node = std::make_shared<BinaryBackward>(op);
-    if (op == BinaryOp::mul || op == BinaryOp::div) node->save({a, b});
+    // Only what a gradient reads: a's is g * b (g / b), b's reads a. A product with a constant
+    // (the vocab-parallel embedding's ownership mask) keeps no copy of the other factor.
+    const bool grad_a = a.requires_grad(), grad_b = b.requires_grad();
+    if (op == BinaryOp::mul) node->save({grad_b ? a : Tensor(), grad_a ? b : Tensor()});
+    if (op == BinaryOp::div) node->save({grad_b ? a : Tensor(), b});
     node->connect({a, b}, {&out});
   }
   return out;
