@@ -9,6 +9,7 @@ namespace tessera::ops {
 
 using detail::backend;
 using detail::check_defined;
+using detail::naming_indices;
 
 namespace {
 
@@ -17,20 +18,6 @@ Tensor flat_ids(const char* op, const Tensor& ids) {
   check_defined(op, ids, "ids");
   detail::check_integer(op, ids, "ids");
   return reshape(contiguous(ids), Shape{ids.numel()});
-}
-
-// Runs a backend call that may reject an index by its flat position, and adds the shape the
-// caller passed, which the backend (seeing the flattened [N] tensor) cannot name.
-template <class F>
-void naming_indices(const Tensor& indices, const char* what, F&& call) {
-  try {
-    call();
-  } catch (const InternalError&) {
-    throw;
-  } catch (const Error& e) {
-    throw Error(str_cat(e.what(), " (", what, ": ", indices.describe(),
-                        ", flat positions in row-major order)"));
-  }
 }
 
 // [*ids.shape, C]

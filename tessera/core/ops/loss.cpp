@@ -9,6 +9,7 @@ namespace tessera::ops {
 
 using detail::backend;
 using detail::check_defined;
+using detail::naming_indices;
 
 namespace {
 
@@ -46,20 +47,6 @@ Flat flatten_inputs(const char* op, const Tensor& logits, const Tensor& targets,
   const int64_t classes = num_classes == -1 ? v : num_classes;
   return {full, classes == v ? full : narrow(full, 1, 0, classes),
           reshape(contiguous(targets), Shape{n})};
-}
-
-// Runs a backend call that may reject an index by its flat position, and adds the shape the
-// caller passed, which the backend (seeing the flattened [N] tensor) cannot name.
-template <class F>
-void naming_indices(const Tensor& indices, const char* what, F&& call) {
-  try {
-    call();
-  } catch (const InternalError&) {
-    throw;
-  } catch (const Error& e) {
-    throw Error(str_cat(e.what(), " (", what, ": ", indices.describe(),
-                        ", flat positions in row-major order)"));
-  }
 }
 
 Tensor check_scalar(const char* op, const Tensor& t, DType dtype, const char* what) {

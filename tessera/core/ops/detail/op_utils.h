@@ -5,6 +5,7 @@
 #include <initializer_list>
 
 #include "tessera/core/backend.h"
+#include "tessera/core/error.h"
 #include "tessera/core/tensor.h"
 
 namespace tessera::ops::detail {
@@ -19,6 +20,20 @@ void check_shape(const char* op, const Tensor& t, const Shape& shape, const char
 void check_dim(const char* op, const Tensor& t, int ndim, const char* what = "input");
 // Fails if the storage was released (a view of freed memory).
 void check_alive(const char* op, const Tensor& t, const char* what = "input");
+
+// Runs a backend call that may reject an index by its flat position, and adds the shape the
+// caller passed, which the backend (seeing the flattened [N] tensor) cannot name.
+template <class F>
+void naming_indices(const Tensor& indices, const char* what, F&& call) {
+  try {
+    call();
+  } catch (const InternalError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(str_cat(e.what(), " (", what, ": ", indices.describe(),
+                        ", flat positions in row-major order)"));
+  }
+}
 
 inline Backend& backend(const Tensor& t) {
   return backend_for(t.device());
