@@ -49,18 +49,6 @@ Targets load_targets(const Tensor& targets, int64_t num_classes, int64_t ignore_
   });
 }
 
-// A row as compute-type values: the row itself when T is the compute type, else converted
-// into buf.
-template <class T, class A = acc_type_t<T>>
-const A* load_row(const T* p, int64_t n, A* buf) {
-  if constexpr (std::is_same_v<T, A>) {
-    return p;
-  } else {
-    for (int64_t i = 0; i < n; ++i) buf[i] = element::load(p + i);
-    return buf;
-  }
-}
-
 int64_t row_grain(int64_t n) {
   return std::max<int64_t>(1, 4096 / std::max<int64_t>(n, 1));
 }
@@ -82,7 +70,7 @@ void CpuBackend::cross_entropy_forward(const Tensor& logits, const Tensor& targe
     cpu::parallel_for(rows, row_grain(n), [&](int64_t begin, int64_t end) {
       Arr buf(n);
       for (int64_t r = begin; r < end; ++r) {
-        const A* xr = load_row(xp + r * ld, n, buf.data());
+        const A* xr = element::load_row(xp + r * ld, n, buf.data());
         Eigen::Map<const Arr> xv(xr, n);
         A m = xv.maxCoeff();
         // An all -inf row has lse -inf; a +inf or NaN entry makes lse non-finite as it should.
@@ -126,7 +114,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
           for (int64_t j = 0; j < n; ++j) grow[j] = element::convert<T>(A(0));
           continue;
         }
-        Eigen::Map<const Arr> xv(load_row(row, n, xbuf.data()), n);
+        Eigen::Map<const Arr> xv(element::load_row(row, n, xbuf.data()), n);
         A* gr = gbuf.data();
         if constexpr (std::is_same_v<T, A>) gr = grow;  // formed in place
         Eigen::Map<Arr>(gr, n) = (xv - lp[r]).exp() * scale;

@@ -40,18 +40,6 @@ int64_t row_grain(int64_t n) {
   return std::max<int64_t>(1, 4096 / std::max<int64_t>(n, 1));
 }
 
-// A row as compute-type values: the row itself when T is the compute type, else converted
-// into buf.
-template <class T, class A = acc_type_t<T>>
-const A* load_row(const T* p, int64_t n, A* buf) {
-  if constexpr (std::is_same_v<T, A>) {
-    return p;
-  } else {
-    for (int64_t i = 0; i < n; ++i) buf[i] = element::load(p + i);
-    return buf;
-  }
-}
-
 // Where a compute-type output row is formed: in place when T is the compute type, else in buf
 // (then written back by finish_row).
 template <class T, class A = acc_type_t<T>>
@@ -128,8 +116,8 @@ void norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, co
     Arr<A> xbuf(n), gbuf(n), obuf(n), xhat(n), g(n);
     for (int64_t c = cb; c < ce; ++c) {
       for (int64_t r = plan.begin(rows, c); r < plan.begin(rows, c + 1); ++r) {
-        CMap<A> xv(load_row(xp + r * n, n, xbuf.data()), n);
-        CMap<A> gv(load_row(gp + r * n, n, gbuf.data()), n);
+        CMap<A> xv(element::load_row(xp + r * n, n, xbuf.data()), n);
+        CMap<A> gv(element::load_row(gp + r * n, n, gbuf.data()), n);
         const A rs = rp[r];
         if (mp) {
           xhat = (xv - mp[r]) * rs;
@@ -171,7 +159,7 @@ void CpuBackend::layernorm_forward(const Tensor& x, const Tensor& weight, const 
     cpu::parallel_for(rows, row_grain(n), [&](int64_t begin, int64_t end) {
       Arr<A> xbuf(n), ybuf(n);
       for (int64_t r = begin; r < end; ++r) {
-        CMap<A> xv(load_row(xp + r * n, n, xbuf.data()), n);
+        CMap<A> xv(element::load_row(xp + r * n, n, xbuf.data()), n);
         const A mu = xv.sum() / A(n);
         const A var = (xv - mu).square().sum() / A(n);
         const A rs = A(1) / std::sqrt(var + A(eps));
@@ -209,7 +197,7 @@ void CpuBackend::rmsnorm_forward(const Tensor& x, const Tensor& weight, double e
     cpu::parallel_for(rows, row_grain(n), [&](int64_t begin, int64_t end) {
       Arr<A> xbuf(n), ybuf(n);
       for (int64_t r = begin; r < end; ++r) {
-        CMap<A> xv(load_row(xp + r * n, n, xbuf.data()), n);
+        CMap<A> xv(element::load_row(xp + r * n, n, xbuf.data()), n);
         const A rs = A(1) / std::sqrt(xv.square().sum() / A(n) + A(eps));
         MMap<A> yv(out_row(yp + r * n, ybuf.data()), n);
         yv = xv * rs * w;

@@ -3,6 +3,7 @@
 // definition every backend rounds with (the CPU kernels, the CUDA kernels and their host-side
 // fills), so that a value converts to the same bits on every device.
 
+#include <cstdint>
 #include <type_traits>
 
 #include "tessera/core/dtype.h"
@@ -34,6 +35,18 @@ inline acc_type_t<T> load(const T* p) {
 template <class T, class A>
 inline void store(T* p, A value) {
   *p = convert<T>(value);
+}
+
+// A row of n elements as compute-type values: the row itself when T is the compute type, else
+// converted into buf.
+template <class T, class A = acc_type_t<T>>
+const A* load_row(const T* p, int64_t n, A* buf) {
+  if constexpr (std::is_same_v<T, A>) {
+    return p;
+  } else {
+    for (int64_t i = 0; i < n; ++i) buf[i] = load(p + i);
+    return buf;
+  }
 }
 
 }  // namespace tessera::element
