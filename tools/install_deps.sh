@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
+  ccache                 # tools/run_tests.sh: build-minimal/ reuses build/'s compiles
   libeigen3-dev          # CPU GEMM and vectorised math
   libgtest-dev libgmock-dev  # tests
   libbenchmark-dev       # bench/
