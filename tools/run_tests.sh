@@ -12,8 +12,8 @@
 # build-minimal/ then reuses each object whose preprocessed source equals build/'s.
 # TESSERA_CCACHE=0 turns it off. Under ccache the tests' precompiled headers are off: the
 # precompiled header holds each configuration's macros, so no test would match across the two,
-# while without it most do. Measured on a fresh clone (README, "Building
-# by hand"): 2,000 s of building before, 1,474 s with an empty cache.
+# while without it most do. Measured on a fresh clone (README, "Building by hand"): 2,000 s
+# of building before, 1,474 s with an empty cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,10 +24,11 @@ if [ "${TESSERA_CCACHE:-1}" = 1 ] && command -v ccache > /dev/null; then
   # Paths under the checkout are hashed relative to the build folder, so build/ and
   # build-minimal/ (siblings) name the same file alike, generated wrappers included.
   export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
-  # -march=native means this CPU: its expansion is hashed, so a cache moved to a machine with
-  # another CPU misses instead of handing it objects that may not run there.
+  # -march=native means this CPU: its expansion (by the compiler CMake will pick: $CXX, else
+  # c++) is hashed, so a cache moved to a machine with another CPU misses instead of handing
+  # it objects that may not run there.
   mkdir -p "$CCACHE_DIR"
-  c++ -march=native -### -E - < /dev/null 2>&1 | { grep cc1 || true; } \
+  "${CXX:-c++}" -march=native -### -E - < /dev/null 2>&1 | { grep cc1 || true; } \
     > "$CCACHE_DIR/native_target.txt"
   export CCACHE_EXTRAFILES=$CCACHE_DIR/native_target.txt
   cache=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
