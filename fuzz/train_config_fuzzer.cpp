@@ -3,8 +3,8 @@
 // before it starts, including the sizes the model is built with and the learning rate of its
 // first and last steps. Text that is not JSON, or nests deeper than check_json_depth allows,
 // is the caller's to refuse before it parses: a value 30000 levels deep overflowed the stack
-// when options.cpp copied or printed it. (tools/cli/train_command.cpp does not check the depth
-// yet; docs/fuzzing.md.)
+// when options.cpp copied or printed it. tools/cli/train_command.cpp checks it for --config and
+// --model, as this target does (docs/fuzzing.md).
 
 #include <string_view>
 

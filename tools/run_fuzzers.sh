@@ -12,7 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${TESSERA_FUZZ_SECONDS:-20}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors token_shard tokenizer train_config checkpoint_state sharded_manifest llmc)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors token_shard tokenizer train_config checkpoint_state sharded_manifest llmc
+  openai_request)
 
 start=$(date +%s)
 # The build type only names the configuration: the root CMakeLists.txt and fuzz/CMakeLists.txt

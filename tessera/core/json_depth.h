@@ -4,6 +4,8 @@
 // (found with fuzz/checkpoint_state, fuzz/tokenizer and fuzz/train_config). Every JSON file
 // Tessera reads nests a few levels; readers check the text before parsing it.
 
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -12,9 +14,13 @@ namespace tessera {
 // Deeper than any file Tessera writes or reads (a checkpoint's state.json nests about 6).
 inline constexpr int kMaxJsonDepth = 64;
 
+// The byte offset of the bracket that opens level max_depth + 1, or nothing when text nests
+// arrays and objects no deeper than that. Brackets inside strings do not count. Text that is
+// not JSON is not judged: the parser reports it.
+std::optional<size_t> json_too_deep_at(std::string_view text, int max_depth = kMaxJsonDepth);
+
 // Throws tessera::Error naming source and the byte offset of the bracket that opens level
-// max_depth + 1 when text nests arrays and objects deeper than that. Brackets inside strings
-// do not count. Text that is not JSON passes: the parser reports it.
+// max_depth + 1 (json_too_deep_at).
 void check_json_depth(std::string_view text, const std::string& source,
                       int max_depth = kMaxJsonDepth);
 

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/core/json_depth.h"
+
 namespace tessera::serve {
 
 using nlohmann::json;
@@ -110,6 +112,12 @@ std::string ApiError::body() const {
 }
 
 CompletionRequest parse_completion_request(const std::string& body, bool chat) {
+  // Printing a value in a refusal recurses once per level: a 1 MiB body of '[' overflowed the
+  // server thread's stack. A real request nests 4 levels (messages, a message, content parts).
+  if (const std::optional<size_t> at = json_too_deep_at(body, kMaxJsonDepth))
+    throw bad("", "the request body nests arrays and objects deeper than " +
+                      std::to_string(kMaxJsonDepth) + " levels (at byte offset " +
+                      std::to_string(*at) + ")");
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw bad("", "the request body is not valid JSON");
   if (!j.is_object()) throw bad("", "the request body must be a JSON object");

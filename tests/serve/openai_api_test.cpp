@@ -102,6 +102,26 @@ TEST(OpenAiApi, RefusesBadBodiesByName) {
                  "no tool calls", "tools");
 }
 
+// A request body is network input: a value nested past any real request, in a field whose
+// refusal prints it, recursed once per level in the printer and overflowed the server thread's
+// stack (the default 1 MiB body holds 500,000 levels). It is refused by its depth, before parsing.
+TEST(OpenAiApi, RefusesBodiesNestedPastAnyRealRequest) {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  const std::string head = R"({"prompt": "a", "stream": )";
+  // The body's own brace is level 1, so the 64th '[' (byte offset head.size() + 63) opens 65.
+  expect_refused(head + deep + "}", false,
+                 "nests arrays and objects deeper than 64 levels (at byte offset " +
+                     std::to_string(head.size() + 63) + ")",
+                 "");
+  for (const char* field : {"n", "user", "messages"})
+    expect_refused(std::string(R"({"prompt": "a", ")") + field + "\": " + deep + "}", false,
+                   "deeper than 64 levels", "");
+  // Every real request, a chat with a list of content parts included, nests a few levels.
+  const CompletionRequest r = parse_completion_request(
+      R"({"messages": [{"role": "user", "content": "x"}], "whatever": [[[[{"a": [1]}]]]]})", true);
+  EXPECT_EQ(r.messages.size(), 1u);
+}
+
 TEST(OpenAiApi, BudgetFitsTheContext) {
   CompletionRequest r = parse_completion_request(R"({"prompt": "a"})", false);
   EXPECT_EQ(completion_budget(r, 10, 64), 16);  // the default

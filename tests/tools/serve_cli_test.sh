@@ -3,7 +3,7 @@
 # serve_client.py.
 #   answers   a trained tiny model on a free port: 5 prompts sent at once, each both streaming
 #             and not, give `tessera generate`'s greedy text for that prompt alone; a stop
-#             string; 12 hostile requests get JSON 4xx errors; /metrics counts every request
+#             string; 13 hostile requests get JSON 4xx errors; /metrics counts every request
 #   queue     --max-running 1 on a wider model: a request queues behind a long stream, the
 #             stream's client hangs up, the request is cancelled and its KV blocks freed
 #   cuda-sim  --device cuda-sim serves the CPU's greedy text

@@ -118,6 +118,9 @@ def answers(port, refs):
         ("POST", "/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": "hi"}]}),
          400, "no known chat template"),
         ("POST", "/v1/completions", json.dumps({"prompt": "x" * 10000}), 413, "too large"),
+        # Refused by its depth: printed in the refusal, 500,000 levels overflowed the stack.
+        ("POST", "/v1/completions", '{"prompt": "x", "stream": ' + "[" * 1900 + "]" * 1900 + "}",
+         400, "deeper than 64 levels"),
         ("GET", "/v1/completions", None, 404, "no route GET /v1/completions"),
         ("POST", "/v2/nothing", "{}", 404, "no route POST /v2/nothing"),
     ]
