@@ -32,11 +32,23 @@ CheckpointEconomics checkpoint_economics(int nodes, const FailureModel& f, doubl
   return e;
 }
 
+void CheckpointInputs::validate() const {
+  // The given figures within what clusters span, with a wide margin: a node failing every
+  // 15 minutes, storage from 1 MB/s to 100 TB/s per node, a save or restart of 11 days.
+  auto in_range = [](double v, const char* what, double lo, double hi) {
+    TESSERA_CHECK(std::isfinite(v) && v >= lo && v <= hi, "plan: the ", what, " must be in [", lo,
+                  ", ", hi, "], got ", v);
+  };
+  in_range(node_failures_per_day, "node failure rate (per node and day)", 0, 100);
+  in_range(storage_gbps, "checkpoint storage bandwidth (GB/s per node)", 1e-3, 1e5);
+  in_range(relaunch_s, "relaunch time (s)", 0, 1e6);
+  if (save_stall_s != -1) in_range(save_stall_s, "save stall (s; -1: the write)", 0, 1e6);
+  if (restart_s != -1) in_range(restart_s, "restart time (s; -1: relaunch and read back)", 0, 1e6);
+}
+
 CheckpointPlan plan_checkpoints(int64_t parameters, int nodes, double run_s,
                                 const CheckpointInputs& in) {
-  TESSERA_CHECK(std::isfinite(in.storage_gbps) && in.storage_gbps > 0,
-                "plan: checkpoint storage bandwidth must be positive, got ", in.storage_gbps,
-                " GB/s");
+  in.validate();
   TESSERA_CHECK(nodes >= 1, "plan: the job needs at least one node, got ", nodes);
   CheckpointPlan p;
   p.nodes = nodes;
@@ -45,8 +57,8 @@ CheckpointPlan plan_checkpoints(int64_t parameters, int nodes, double run_s,
   const double per_node_s = p.checkpoint_bytes / (double(nodes) * in.storage_gbps * 1e9);
   p.model.node_failures_per_day = in.node_failures_per_day;
   p.model.write_s = per_node_s;
-  p.model.save_stall_s = in.save_stall_s >= 0 ? in.save_stall_s : per_node_s;
-  p.model.restart_s = in.restart_s >= 0 ? in.restart_s : in.relaunch_s + per_node_s;
+  p.model.save_stall_s = in.save_stall_s != -1 ? in.save_stall_s : per_node_s;
+  p.model.restart_s = in.restart_s != -1 ? in.restart_s : in.relaunch_s + per_node_s;
   p.economics = checkpoint_economics(nodes, p.model, run_s);
   return p;
 }

@@ -47,6 +47,9 @@ struct CheckpointInputs {
   double restart_s = -1;     // -1: relaunch_s plus reading the checkpoint back
   double relaunch_s = 120;   // detection, rescheduling, process start (an assumption)
   std::string source = "assumed";
+
+  // Throws naming the figure and its range when one is outside what clusters span.
+  void validate() const;
 };
 
 struct CheckpointPlan {

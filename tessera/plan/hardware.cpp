@@ -24,24 +24,23 @@ std::string lower(std::string s) {
 
 void GpuSpec::validate() const {
   TESSERA_CHECK(!name.empty(), "gpu table: an entry has no name");
-  auto positive = [&](double v, const char* field) {
-    TESSERA_CHECK(std::isfinite(v) && v > 0, "gpu '", name, "': ", field,
-                  " must be a positive number, got ", v);
+  // Each figure within what hardware spans, with a wide margin (a slow CPU core to 40x a
+  // B200), so that every time, cost and count derived from it stays a meaningful double.
+  auto in_range = [&](double v, const char* field, double lo, double hi, const char* unit) {
+    TESSERA_CHECK(std::isfinite(v) && v >= lo && v <= hi, "gpu '", name, "': ", field,
+                  " must be in [", lo, ", ", hi, "] ", unit, ", got ", v);
   };
-  positive(bf16_tflops, "bf16_tflops");
-  positive(memory_gb, "memory_gb");
-  positive(hbm_gbps, "hbm_gbps");
-  positive(nvlink_gbps, "nvlink_gbps");
-  positive(network_gbps, "network_gbps");
-  positive(pcie_gbps, "pcie_gbps");
-  positive(host_gbps, "host_gbps");
-  TESSERA_CHECK(std::isfinite(fp8_tflops) && fp8_tflops >= 0, "gpu '", name,
-                "': fp8_tflops must be >= 0 (0: no FP8), got ", fp8_tflops);
-  for (auto [v, field] : {std::pair{nvlink_latency_us, "nvlink_latency_us"},
-                          std::pair{network_latency_us, "network_latency_us"},
-                          std::pair{usd_per_hour, "usd_per_hour"}})
-    TESSERA_CHECK(std::isfinite(v) && v >= 0, "gpu '", name, "': ", field, " must be >= 0, got ",
-                  v);
+  in_range(bf16_tflops, "bf16_tflops", 1e-3, 1e5, "TFLOP/s");
+  in_range(memory_gb, "memory_gb", 0.1, 1e5, "GB");
+  in_range(hbm_gbps, "hbm_gbps", 0.1, 1e6, "GB/s");
+  in_range(nvlink_gbps, "nvlink_gbps", 1e-3, 1e5, "GB/s");
+  in_range(network_gbps, "network_gbps", 1e-3, 1e5, "GB/s");
+  in_range(pcie_gbps, "pcie_gbps", 1e-3, 1e5, "GB/s");
+  in_range(host_gbps, "host_gbps", 1e-3, 1e5, "GB/s");
+  if (fp8_tflops != 0) in_range(fp8_tflops, "fp8_tflops (0: no FP8)", 1e-3, 2e5, "TFLOP/s");
+  in_range(nvlink_latency_us, "nvlink_latency_us", 0, 1e6, "us");
+  in_range(network_latency_us, "network_latency_us", 0, 1e6, "us");
+  in_range(usd_per_hour, "usd_per_hour", 0, kMaxUsdPerGpuHour, "USD");
   for (auto [v, field] : {std::pair{gemm_efficiency, "gemm_efficiency"},
                           std::pair{memory_efficiency, "memory_efficiency"}})
     TESSERA_CHECK(std::isfinite(v) && v > 0 && v <= 1, "gpu '", name, "': ", field,
@@ -113,7 +112,11 @@ GpuSpec GpuSpec::from_json(const nlohmann::json& j, const std::string& where) {
   }
   TESSERA_CHECK(!g.name.empty(), where, ": the entry has no 'name'");
   g.name = lower(g.name);
-  g.validate();
+  try {
+    g.validate();
+  } catch (const Error& e) {
+    tessera::detail::throw_error(where, ": ", e.what());
+  }
   return g;
 }
 

@@ -16,6 +16,9 @@
 
 namespace tessera::plan {
 
+// The most a GPU-hour may cost, in a table or by --price.
+inline constexpr double kMaxUsdPerGpuHour = 1e4;
+
 struct GpuSpec {
   std::string name;         // the table's key: "h100"
   std::string description;  // "NVIDIA H100 SXM5 80 GB (DGX H100 node)"
@@ -36,7 +39,8 @@ struct GpuSpec {
   std::string price_source;
   std::vector<std::string> sources;
 
-  // Throws naming the GPU and the field when a figure is missing, non-finite or out of range.
+  // Throws naming the GPU, the field and its range when a figure is missing, non-finite or
+  // outside what hardware spans (docs/planning.md lists the ranges).
   void validate() const;
   static GpuSpec from_json(const nlohmann::json& j, const std::string& where);
   nlohmann::json to_json() const;

@@ -32,18 +32,23 @@ std::vector<int> divisors(int64_t n) {
 void check_request(const PlanRequest& r) {
   r.workload.validate();
   TESSERA_CHECK(!r.clusters.empty(), "plan: no cluster to plan for");
+  TESSERA_CHECK(std::isfinite(r.memory.reserve_gb) && r.memory.reserve_gb >= 0,
+                "plan: the memory reserve must be >= 0 GB, got ", r.memory.reserve_gb);
   for (const Cluster& c : r.clusters) {
     c.gpu.validate();
     TESSERA_CHECK(c.gpus >= 1 && c.gpus <= (1 << 20), "plan: the number of GPUs must be in [1, ",
                   1 << 20, "], got ", c.gpus);
-    TESSERA_CHECK(std::isfinite(c.usd_per_hour) && c.usd_per_hour >= 0,
-                  "plan: the price per GPU-hour must be >= 0, got ", c.usd_per_hour);
+    TESSERA_CHECK(
+        std::isfinite(c.usd_per_hour) && c.usd_per_hour >= 0 && c.usd_per_hour <= kMaxUsdPerGpuHour,
+        "plan: the price per GPU-hour must be in [0, ", kMaxUsdPerGpuHour, "] USD, got ",
+        c.usd_per_hour);
+    TESSERA_CHECK(r.memory.reserve_gb < c.gpu.memory_gb, "plan: the memory reserve of ",
+                  r.memory.reserve_gb, " GB is not less than the ", c.gpu.name, "'s ",
+                  c.gpu.memory_gb, " GB");
   }
   const SearchSpace& s = r.space;
   TESSERA_CHECK(!s.recompute.empty(), "plan: no recomputation mode to try");
   TESSERA_CHECK(s.zero >= -1 && s.zero <= 3, "plan: ZeRO stage must be 0-3, got ", s.zero);
-  TESSERA_CHECK(std::isfinite(r.memory.reserve_gb) && r.memory.reserve_gb >= 0,
-                "plan: the memory reserve must be >= 0 GB, got ", r.memory.reserve_gb);
   TESSERA_CHECK(r.usable_fraction > 0 && r.usable_fraction <= 1,
                 "plan: the usable share of GPU memory must be in (0, 1], got ", r.usable_fraction);
 }

@@ -21,6 +21,7 @@ std::string pad(const std::string& s, size_t width, bool right = false) {
 // 1.2k, 3.4M, 5.6B: tokens/s and GPU-hours read faster rounded.
 std::string short_number(double v) {
   const char* suffix[] = {"", "k", "M", "B", "T"};
+  if (!(v < 1e15)) return fixed(v, 0);  // 2.4e+37, inf
   int k = 0;
   while (v >= 1000 && k < 4) v /= 1000, ++k;
   return fixed(v, v < 10 && k > 0 ? 2 : (v < 100 && k > 0 ? 1 : 0)) + suffix[k];
@@ -79,18 +80,23 @@ std::string format_plan_table(const PlanRequest& r, const PlanResult& result, in
 
 std::string format_checkpoints(const CheckpointPlan& p, double days) {
   const CheckpointEconomics& e = p.economics;
-  char text[512];
-  std::snprintf(text, sizeof text,
-                "checkpoints: %d node%s at %.3g failures per node-day fail every %.2f h; a %.3g GB "
-                "save stalls %.1f s and takes %.1f s to write, a restart %.0f s (%s); save every "
-                "%.1f min (Young), %.1f min lost per failure, goodput %.1f%%",
-                p.nodes, p.nodes == 1 ? "" : "s", p.model.node_failures_per_day, e.mtbf_s / 3600,
-                p.checkpoint_bytes / 1e9, p.model.save_stall_s, p.model.write_s, p.model.restart_s,
-                p.source.c_str(), e.interval_s / 60, e.lost_per_failure_s / 60, 100 * e.goodput);
-  std::string s = text;
+  if (p.model.node_failures_per_day == 0)
+    return str_cat("checkpoints: ", p.nodes, " node", p.nodes == 1 ? "" : "s",
+                   " and no failures assumed; a ", detail::significant(p.checkpoint_bytes / 1e9),
+                   " GB save takes ", fixed(p.model.write_s, 1),
+                   " s to write: save at the end, goodput 100.0%");
+  std::string s = str_cat(
+      "checkpoints: ", p.nodes, " node", p.nodes == 1 ? "" : "s", " at ",
+      detail::significant(p.model.node_failures_per_day), " failures per node-day fail every ",
+      fixed(e.mtbf_s / 3600, 2), " h; a ", detail::significant(p.checkpoint_bytes / 1e9),
+      " GB save stalls ", fixed(p.model.save_stall_s, 1), " s and takes ",
+      fixed(p.model.write_s, 1), " s to write, a restart ", fixed(p.model.restart_s, 0), " s (",
+      p.source, "); save every ", fixed(e.interval_s / 60, 1), " min (Young), ",
+      fixed(e.lost_per_failure_s / 60, 1), " min lost per failure, goodput ",
+      fixed(100 * e.goodput, 1), "%");
   if (days > 0)
-    s += str_cat(", ", int64_t(std::lround(e.failures)), " failures expected over the ",
-                 int64_t(std::lround(days)), " days");
+    s += str_cat(", ", fixed(e.failures, 0), " failures expected over the ", fixed(days, 0),
+                 " days");
   return s;
 }
 

@@ -17,8 +17,9 @@ void Workload::validate() const {
                 " must be in [1, the model's block_size ", model.block_size, "]");
   TESSERA_CHECK(global_batch >= 1 && global_batch <= (int64_t(1) << 30),
                 "plan: global batch must be in [1, 2^30] sequences, got ", global_batch);
-  TESSERA_CHECK(std::isfinite(train_tokens) && train_tokens >= 0,
-                "plan: tokens to train must be >= 0, got ", train_tokens);
+  // 1e16 is 300 times the largest runs published (Llama 3: 15.6T tokens).
+  TESSERA_CHECK(std::isfinite(train_tokens) && train_tokens >= 0 && train_tokens <= 1e16,
+                "plan: tokens to train must be in [0, 1e16], got ", train_tokens);
 }
 
 namespace {

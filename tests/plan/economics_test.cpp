@@ -6,7 +6,9 @@
 #include <cmath>
 
 #include "tessera/core/error.h"
+#include "tessera/plan/detail/text.h"
 #include "tessera/plan/economics.h"
+#include "tessera/plan/report.h"
 
 namespace tessera::plan {
 namespace {
@@ -70,6 +72,56 @@ TEST(Economics, BadFiguresAreRefused) {
   EXPECT_THROW(checkpoint_economics(8, {-0.1, 1, 1}), Error);
   EXPECT_THROW(checkpoint_economics(8, {0.05, NAN, 1}), Error);
   EXPECT_EQ(checkpoint_economics(8, {0.0, 1, 1}).goodput, 1);  // nothing fails
+}
+
+// The figures a user gives are bounded to what clusters span; beyond them the line printed
+// "-9223372036854775808 failures" (a double past int64 cast) or 150-digit times.
+TEST(Economics, GivenFiguresOutsideWhatClustersSpanAreRefused) {
+  auto refused = [](CheckpointInputs in, const std::string& says) {
+    try {
+      in.validate();
+      ADD_FAILURE() << "accepted: " << says;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(plan_checkpoints(1000, 1, 0, in), Error) << says;
+  };
+  CheckpointInputs in;
+  in.node_failures_per_day = 1e300;
+  refused(in, "node failure rate (per node and day) must be in [0, 100], got 1e+300");
+  in = {};
+  in.storage_gbps = 1e-300;
+  refused(in, "storage bandwidth (GB/s per node) must be in [0.001, 100000], got 1e-300");
+  in = {};
+  in.save_stall_s = -5;  // only -1 means "the write"
+  refused(in, "save stall (s; -1: the write) must be in [0, 1e+06], got -5");
+  in = {};
+  in.restart_s = 2e6;
+  refused(in, "restart time (s; -1: relaunch and read back) must be in [0, 1e+06], got 2e+06");
+  in = {};
+  in.relaunch_s = NAN;
+  refused(in, "relaunch time (s) must be in [0, 1e+06], got nan");
+}
+
+// At the ends of the ranges the figures are huge but finite, and print as such: the count of
+// failures was an int64 cast of a double, undefined past 2^63.
+TEST(Economics, HugeFiguresPrintAsSignificantDigits) {
+  CheckpointInputs in;
+  in.node_failures_per_day = 100;
+  in.storage_gbps = 1e-3;
+  const CheckpointPlan p = plan_checkpoints(int64_t(4e11), 1, 4.6e22, in);  // 1.5e15 years
+  EXPECT_GT(p.economics.failures, 9.3e18);                                  // past int64
+  const std::string line = format_checkpoints(p, 5.3e17);
+  EXPECT_NE(line.find("4.8e+03 GB save"), std::string::npos) << line;
+  EXPECT_NE(line.find(detail::significant(p.economics.failures) + " failures expected over the "
+                                                                  "5.3e+17 days"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(line.find("-92233720"), std::string::npos) << line;
+  EXPECT_EQ(detail::fixed(1e300, 1), "1e+300");
+  EXPECT_EQ(detail::fixed(INFINITY, 1), "inf");
+  EXPECT_EQ(detail::fixed(123456789012345.0, 1), "123456789012345.0");  // below 1e15: digits
+  EXPECT_EQ(detail::fixed(2.5e15, 1), "2.5e+15");
 }
 
 }  // namespace

@@ -58,7 +58,9 @@ TEST(GpuTable, BadEntriesAreRefusedByName) {
   };
   nlohmann::json e = good_entry();
   e["bf16_tflops"] = -1;
-  refused(table_with(e), "gpu 'h100': bf16_tflops must be a positive number, got -1");
+  refused(table_with(e),
+          "edited.json: gpus[0]: gpu 'h100': bf16_tflops must be in [0.001, 100000] TFLOP/s, "
+          "got -1");
   e = good_entry();
   e["gemm_efficiency"] = 1.5;
   refused(table_with(e), "gemm_efficiency is a fraction of peak in (0, 1], got 1.5");
@@ -76,6 +78,44 @@ TEST(GpuTable, BadEntriesAreRefusedByName) {
   refused("{\"gpus\": []}", "the 'gpus' list is empty");
   refused("{\"gpus\": [", "edited.json: not JSON");
   refused(std::string(100, '[') + std::string(100, ']'), "edited.json");  // too deep
+}
+
+// A figure outside what hardware spans is refused, not planned with: 1e-300 TFLOP/s passed
+// "positive" and printed step times of 10^300 seconds, truncated to 63 digits by the table.
+TEST(GpuTable, FiguresOutsideWhatHardwareSpansAreRefused) {
+  struct Case {
+    const char* field;
+    double below, above;  // just outside the range docs/planning.md lists
+  };
+  const Case cases[] = {{"bf16_tflops", 0.9e-3, 1.1e5},   {"memory_gb", 0.09, 1.1e5},
+                        {"hbm_gbps", 0.09, 1.1e6},        {"nvlink_gbps", 0.9e-3, 1.1e5},
+                        {"network_gbps", 0.9e-3, 1.1e5},  {"pcie_gbps", 0.9e-3, 1.1e5},
+                        {"host_gbps", 0.9e-3, 1.1e5},     {"fp8_tflops", 0.9e-3, 2.1e5},
+                        {"nvlink_latency_us", -1, 1.1e6}, {"network_latency_us", -1, 1.1e6},
+                        {"usd_per_hour", -1, 1.1e4}};
+  for (const Case& c : cases)
+    for (const double v : {c.below, c.above, 1e300}) {
+      nlohmann::json e = good_entry();
+      e[c.field] = v;
+      try {
+        GpuTable::parse(table_with(e), "edited.json");
+        ADD_FAILURE() << c.field << " = " << v << " accepted";
+      } catch (const Error& err) {
+        const std::string what = err.what();
+        EXPECT_NE(what.find(std::string("edited.json: gpus[0]: gpu 'h100': ") + c.field),
+                  std::string::npos)
+            << what;
+        EXPECT_NE(what.find(" must be in ["), std::string::npos) << what;
+      }
+    }
+  // The ends of each range are accepted, and fp8_tflops 0 means no FP8.
+  nlohmann::json e = good_entry();
+  e["bf16_tflops"] = 1e-3;
+  e["hbm_gbps"] = 1e6;
+  e["network_latency_us"] = 0;
+  e["fp8_tflops"] = 0;
+  e["usd_per_hour"] = 1e4;
+  EXPECT_NO_THROW(GpuTable::parse(table_with(e), "edited.json"));
 }
 
 TEST(GpuTable, EditedCopyRoundTrips) {

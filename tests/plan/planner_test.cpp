@@ -108,6 +108,25 @@ TEST(Planner, BadRequestsAreRefusedInOneLine) {
   r = llama70b_on(64);
   r.clusters[0].gpus = 0;
   EXPECT_THROW(plan(r), Error);
+  // A reserve past the GPU's memory overflowed the int64 byte count and "fit" everywhere with
+  // negative gigabytes; a price past $10,000 an hour is a typo.
+  auto refused = [](const PlanRequest& bad, const std::string& says) {
+    try {
+      plan(bad);
+      ADD_FAILURE() << "accepted: " << says;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  r = llama70b_on(64);
+  r.memory.reserve_gb = 1e300;
+  refused(r, "the memory reserve of 1e+300 GB is not less than the h100's 80 GB");
+  r = llama70b_on(64);
+  r.clusters[0].usd_per_hour = 1e300;
+  refused(r, "the price per GPU-hour must be in [0, 10000] USD, got 1e+300");
+  r = llama70b_on(64);
+  r.workload.train_tokens = 1e30;
+  refused(r, "tokens to train must be in [0, 1e16], got 1e+30");
 }
 
 // More GPUs at the same batch: shorter steps (until communication dominates) and a plan that

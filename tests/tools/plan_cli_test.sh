@@ -47,6 +47,13 @@ refused "give the global batch once" --model gpt2-d12 --global-batch 8 --batch-t
 refused "--rank-by must be time or cost" --model gpt2-d12 --rank-by speed
 refused "the width 8192 is not a multiple of the 7 heads" --model llama-70b-like --heads 7
 refused "64 heads are not a multiple of 3 kv heads" --model llama-70b-like --kv-heads 3
+refused "the memory reserve of 1e+300 GB is not less than the h100's 80 GB" --model gpt2-d12 \
+  --reserve-gb 1e300
+refused "the node failure rate (per node and day) must be in [0, 100], got 1e+300" \
+  --model gpt2-d12 --node-failure-rate 1e300
+refused "the price per GPU-hour must be in [0, 10000] USD, got -5" --model gpt2-d12 --price -5
+refused "--batch-tokens 1e300 is more than 2^30 sequences of 1024 tokens" --model gpt2-d12 \
+  --batch-tokens 1e300
 echo "plan_cli_test: plan, json, svg and refusals"
 
 [ -n "$mpiexec" ] || exit 0

@@ -132,6 +132,8 @@ plan::Workload workload_of(const PlanFlags& f) {
     const double seqs = tokens / double(w.seq_len);
     TESSERA_CHECK(seqs >= 1 && std::fabs(seqs - std::round(seqs)) < 1e-9, "plan: --batch-tokens ",
                   f.batch_tokens, " is not a whole number of ", w.seq_len, "-token sequences");
+    TESSERA_CHECK(seqs <= double(int64_t(1) << 30), "plan: --batch-tokens ", f.batch_tokens,
+                  " is more than 2^30 sequences of ", w.seq_len, " tokens");
     w.global_batch = int64_t(std::round(seqs));
   } else {
     w.global_batch =
@@ -180,7 +182,7 @@ void run_plan(const PlanFlags& f) {
       plan::GpuSpec g = calibrated ? *calibrated : table.find(name);
       if (f.gpus_per_node > 0) g.gpus_per_node = f.gpus_per_node;
       plan::Cluster c = plan::Cluster::of(g, int(n));
-      if (f.price >= 0) c.usd_per_hour = f.price;
+      if (f.price != -1) c.usd_per_hour = f.price;
       r.clusters.push_back(c);
     }
   TESSERA_CHECK(!r.clusters.empty(), "plan: --gpu and --gpus name no cluster");
@@ -202,6 +204,15 @@ void run_plan(const PlanFlags& f) {
     r.memory.reserve_gb = 0;
   r.usable_fraction = f.usable_memory;
 
+  // The checkpoint flags are checked before the search: a bad one is one line, not a table and
+  // then an error.
+  plan::CheckpointInputs given;
+  given.node_failures_per_day = f.node_failure_rate;
+  given.storage_gbps = f.storage_gbps;
+  given.save_stall_s = f.save_seconds;
+  given.restart_s = f.restart_seconds;
+  given.validate();
+
   const plan::PlanResult result = plan::plan(r);
   // Nothing fits: one line, the smallest layout and what it needs, and a non-zero exit.
   TESSERA_CHECK(!result.ranked.empty(), "plan: ", result.nothing_fits);
@@ -214,28 +225,24 @@ void run_plan(const PlanFlags& f) {
               << nn::precision_name(r.workload.precision) << "\n";
     // Checkpoints: the flags' figures, or what the calibration run measured, scaled to this
     // model (economics.h).
-    plan::CheckpointInputs in;
-    in.node_failures_per_day = f.node_failure_rate;
-    in.storage_gbps = f.storage_gbps;
-    in.save_stall_s = f.save_seconds;
-    in.restart_s = f.restart_seconds;
+    plan::CheckpointInputs in = given;
     if (calibration) {
       const plan::Calibration& c = *calibration;
       const double run_bytes = 12.0 * double(plan::parameter_count(c.workload.model));
       std::string measured;
-      if (c.save_stall_s >= 0 && f.save_seconds < 0) {
+      if (c.save_stall_s >= 0 && f.save_seconds == -1) {
         // The run's stall per checkpoint byte on one node, for this model's share per node.
         in.save_stall_s = c.save_stall_s / run_bytes * 12.0 *
                           double(plan::parameter_count(r.workload.model)) / cluster.nodes();
         measured = "save stall";
       }
-      if (c.restart_s >= 0 && f.restart_seconds < 0) {
+      if (c.restart_s >= 0 && f.restart_seconds == -1) {
         in.relaunch_s = c.restart_s;
         measured += measured.empty() ? "relaunch" : " and relaunch";
       }
       if (!measured.empty()) in.source = str_cat(measured, " measured by ", c.run_dir);
     }
-    if (f.save_seconds >= 0 || f.restart_seconds >= 0) in.source = "given";
+    if (f.save_seconds != -1 || f.restart_seconds != -1) in.source = "given";
     checkpoints = plan::plan_checkpoints(plan::parameter_count(r.workload.model), cluster.nodes(),
                                          best.days * 86400, in);
     std::cout << plan::format_checkpoints(*checkpoints, best.days) << "\n";

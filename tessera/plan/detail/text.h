@@ -2,6 +2,7 @@
 // What the planner's files share: fixed-point numbers for its tables, and JSON text read with
 // the depth guard and one-line errors naming the source.
 
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -11,7 +12,17 @@
 
 namespace tessera::plan::detail {
 
+// v to three significant digits: 0.05, 1.49, 828, 1.2e+03.
+inline std::string significant(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
+
+// v with `digits` decimals; from 1e15 on (a row of digits nobody reads, and at 1e300 more than
+// any buffer), or when not finite, three significant digits: 2.4e+37.
 inline std::string fixed(double v, int digits) {
+  if (!std::isfinite(v) || std::fabs(v) >= 1e15) return significant(v);
   char b[64];
   std::snprintf(b, sizeof b, "%.*f", digits, v);
   return b;
