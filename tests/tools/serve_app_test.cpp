@@ -57,5 +57,32 @@ TEST(ServeApp, RefusesFlagsThatCannotApply) {
   EXPECT_THROW(ServeApp{flags}, Error);
 }
 
+// Sizes out of range are refused by name before the server listens. Before, --kv-blocks -5 and
+// --threads -3 were taken as their defaults, --max-running 0 was refused as "PagedKVCache: the
+// number of blocks must be positive", and --max-running 1000000000 asked the HTTP server for
+// two billion threads.
+TEST(ServeApp, RefusesSizesOutOfRangeByName) {
+  auto refused = [](void (*set)(ServeFlags&), const std::string& says) {
+    ServeFlags flags;
+    flags.model = "run";
+    flags.port = 0;
+    set(flags);
+    try {
+      ServeApp app{flags};
+      ADD_FAILURE() << "accepted: " << says;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused([](ServeFlags& f) { f.kv_blocks = -5; }, "serve: --kv-blocks must be >= 0");
+  refused([](ServeFlags& f) { f.threads = -3; }, "serve: --threads must be >= 0 (0: all), got -3");
+  refused([](ServeFlags& f) { f.max_running = 0; }, "--max-running must be in [1, 1024], got 0");
+  refused([](ServeFlags& f) { f.max_running = 1000000000; },
+          "--max-running must be in [1, 1024], got 1000000000");
+  refused([](ServeFlags& f) { f.max_batch_tokens = -1; }, "--max-batch-tokens must be positive");
+  refused([](ServeFlags& f) { f.block_size = 0; }, "--block-size must be positive, got 0");
+  refused([](ServeFlags& f) { f.batching = "dynamic"; }, "--batching must be continuous or static");
+}
+
 }  // namespace
 }  // namespace tessera::cli

@@ -12,7 +12,8 @@
 #   tp        (with MPIEXEC) mpiexec -n 2 serve --tp 2 gives the same answers; SIGINT and
 #             SIGTERM to mpiexec stop both ranks with status 0
 #   loading   /health is 503 until the model is in (tests/tools/serve_app_test.cpp, in-process)
-#   refusals  --tp 2 in one process, --tp with a GPU, a bad --device, a port in use
+#   refusals  --tp 2 in one process, --tp with a GPU, a bad --device, --max-running past its
+#             bound, a block larger than the context, a port in use
 #   stop      SIGTERM stops the server, exit status 0
 set -uo pipefail
 tessera=$1 dir=$2 mpiexec=${3:-} np_flag=${4:--n}
@@ -132,6 +133,9 @@ refused() {  # refused "what it must say" args...
 refused "serve: --tp 2 needs 2 processes but 1 is running; start it as mpiexec -n 2" --model run --tp 2
 refused "serve: --device cuda with --tp 2 is not supported" --model run --tp 2 --device cuda
 refused "--device must be cpu, cuda or cuda-sim, got 'tpu'" --model run --device tpu
+refused "--max-running must be in [1, 1024], got 1000000000" --model run --max-running 1000000000
+refused "serve: --block-size 100000 is more than the model's context of 64 positions" \
+  --model run --port 0 --block-size 100000
 start_server serve.err --model run
 refused "cannot listen on 127.0.0.1:$port" --model run --port "$port"
 stop_server

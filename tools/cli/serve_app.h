@@ -10,6 +10,9 @@
 
 namespace tessera::cli {
 
+// The most sequences --max-running admits (serve_model.cpp says why).
+inline constexpr int64_t kMaxRunning = 1024;
+
 struct ServeFlags {
   std::string model, tokenizer, device = "cpu", host = "127.0.0.1", chat_template, name;
   std::string batching = "continuous";

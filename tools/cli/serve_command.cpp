@@ -250,17 +250,8 @@ struct ServeApp::State {
 
 ServeApp::ServeApp(ServeFlags flags) : state_(std::make_unique<State>()) {
   const ServeFlags& f = flags;
-  check_serve_tp_device(f);
+  check_serve_flags(f);
   require_tp_world(f.tp, "serve");
-  TESSERA_CHECK(f.port >= 0 && f.port <= 65535, "serve: --port must be in [0, 65535], got ",
-                f.port);
-  TESSERA_CHECK(f.block_size >= 1, "serve: --block-size must be positive, got ", f.block_size);
-  TESSERA_CHECK(f.max_body_bytes >= 1, "serve: --max-body-bytes must be positive, got ",
-                f.max_body_bytes);
-  TESSERA_CHECK(f.batching == "continuous" || f.batching == "static",
-                "serve: --batching must be continuous or static, got '", f.batching, "'");
-  TESSERA_CHECK(f.device == "cpu" || f.device == "cuda" || f.device == "cuda-sim",
-                "serve: --device must be cpu, cuda or cuda-sim, got '", f.device, "'");
   state_->service.chat_template = choose_chat_template(f);
   state_->flags = std::move(flags);
 }

@@ -23,8 +23,10 @@ struct ServedModel {
   std::shared_ptr<serve::PlanChannel> followers;
 };
 
-// Throws unless --tp and --device can go together (tensor-parallel serving runs on the CPU).
-void check_serve_tp_device(const ServeFlags& f);
+// Throws naming the flag unless every flag that needs no model is in range and --tp and
+// --device can go together (tensor-parallel serving runs on the CPU). Every rank checks, before
+// anything listens or loads.
+void check_serve_flags(const ServeFlags& f);
 
 // Every rank, collectively under --tp: the group, the model on --device, the engine options.
 ServedModel load_served_model(const ServeFlags& f);
