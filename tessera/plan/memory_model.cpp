@@ -46,9 +46,9 @@ std::vector<UnitElements> rank_units(const nn::GPTConfig& m, const Layout& l, in
       u.compute = wpe + vocab_rows * h;
       units.push_back(u);
     }
-    for (int64_t i = s.first; i < s.first + s.layers; ++i) {
+    if (s.layers > 0) {
       const int64_t n = block_parameters(m, l.tp);
-      units.push_back({str_cat("h.", i), n, 0, n});
+      units.push_back({str_cat("h.", s.first, "-h.", s.first + s.layers - 1), n, 0, n, s.layers});
     }
     if (s.head) {
       UnitElements u{"head"};
@@ -70,9 +70,9 @@ ModelStates model_state_bytes(const nn::GPTConfig& m, const Layout& l, nn::Preci
   const int64_t align = int64_t(l.dp) * parallel::FlatLayout::kShardAlign;
   int64_t S = 0, compute = 0;
   for (const UnitElements& u : rank_units(m, l, pp_rank)) {
-    if (u.own > 0) S += round_up(u.own, align);
-    if (u.tied > 0) S += round_up(u.tied, align);
-    compute += u.compute;
+    if (u.own > 0) S += u.count * round_up(u.own, align);
+    if (u.tied > 0) S += u.count * round_up(u.tied, align);
+    compute += u.count * u.compute;
   }
   const int64_t shard = S / l.dp, f32 = 4;
   const bool mixed = precision != nn::Precision::fp32;
@@ -111,14 +111,22 @@ int64_t rank_activation_bytes(const Workload& w, const Layout& l, int pp_rank) {
   const DType dtype = nn::compute_dtype(w.precision);
   const int64_t b = l.micro_batch(w), s = w.seq_len;
   int64_t bytes = 0;
+  auto block = [&](nn::RecomputeMode mode) {
+    return nn::block_activation_bytes(m, mode, b, s, dtype, l.tp, l.sequence_parallel);
+  };
   for (int c = 0; c < l.virtual_stages; ++c) {
     const StageSlice slice = chunk_slice(m, l, pp_rank, c);
-    for (int64_t i = 0; i < slice.layers; ++i) {
-      nn::RecomputeMode mode = l.recompute.mode;
-      if (mode == nn::RecomputeMode::full && !l.recompute.recomputes_block(i))
-        mode = nn::RecomputeMode::none;
-      bytes += nn::block_activation_bytes(m, mode, b, s, dtype, l.tp, l.sequence_parallel);
-    }
+    // A chunk's blocks are alike but for full recomputation of only its first num_layers
+    // (recomputes_block): the rest keep every activation.
+    int64_t recomputed = 0;
+    if (l.recompute.mode == nn::RecomputeMode::full)
+      recomputed = l.recompute.num_layers < 0
+                       ? slice.layers
+                       : std::min<int64_t>(slice.layers, l.recompute.num_layers);
+    bytes += recomputed * block(nn::RecomputeMode::full) +
+             (slice.layers - recomputed) * block(l.recompute.mode == nn::RecomputeMode::full
+                                                     ? nn::RecomputeMode::none
+                                                     : l.recompute.mode);
   }
   return bytes;
 }

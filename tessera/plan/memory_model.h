@@ -34,10 +34,12 @@ namespace tessera::plan {
 
 // The fp32 elements of one unit of parameters on one rank (one tensor-parallel slice).
 struct UnitElements {
-  std::string name;     // "embedding", "h.3", "head"
+  std::string name;     // "embedding", "h.3-h.7", "head"
   int64_t own = 0;      // in the unit's bucket
   int64_t tied = 0;     // a tied embedding (pp > 1): its own bucket
   int64_t compute = 0;  // every parameter the unit's forward reads, unpadded (compute copy)
+  int64_t count = 1;    // identical units: a chunk's blocks are one entry, so a plan's cost does
+                        // not grow with the layers
 };
 
 // The units pipeline rank `pp_rank` holds, in its chunks' order.

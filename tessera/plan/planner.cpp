@@ -58,6 +58,26 @@ double rank_key(const Candidate& c, const PlanRequest& r) {
   return r.rank_by == RankBy::cost ? c.time.step_s * c.layout.gpus() * usd : c.time.step_s;
 }
 
+// The memory model's 64-bit byte counts hold any layout up to this; no GPU holds a
+// thousandth of it (the table's largest is 10^5 GB).
+constexpr double kBeyondAnyGpu = 0x1p62;
+
+// An upper bound, in double, of the largest product estimate_memory forms: a micro-batch's
+// tokens, times the widest tensor a token has (the model, the MLP, the vocabulary, or the
+// attention scores when they are materialized), times the rank's layers plus the embedding
+// and the head, times the chunks in flight, times 64 bytes (16-bit values of the widest
+// tensors a block saves, about 8 of them, with room). Below kBeyondAnyGpu no sum overflows.
+double byte_count_bound(const Workload& w, const Layout& l, const MemoryOptions& options) {
+  const nn::GPTConfig& m = w.model;
+  const double tokens = double(l.micro_batch(w)) * double(w.seq_len);
+  double widest = std::max({double(m.n_embd), double(m.ffn_dim()), double(m.vocab_size),
+                            double(m.n_head + 2 * m.n_kv_head) * double(m.head_dim())});
+  if (options.materialized_attention) widest += double(m.n_head) * double(w.seq_len);
+  const double layers = double(m.n_layer) / l.pp + 2;
+  const double in_flight = double(l.microbatches) * l.virtual_stages;
+  return 64 * tokens * widest * layers * in_flight;
+}
+
 }  // namespace
 
 Candidate evaluate(const Workload& w, const Layout& l, const Cluster& cluster, int index,
@@ -68,11 +88,17 @@ Candidate evaluate(const Workload& w, const Layout& l, const Cluster& cluster, i
   MemoryOptions memory = r.memory;
   memory.materialized_attention = r.engine.materialized_attention;
   memory.outputs_held_until_backward = r.engine.outputs_held_until_backward;
-  c.memory = estimate_memory(w, l, memory);
-  c.time = estimate_time(w, l, cluster.gpu, r.engine);
   c.capacity_bytes = cluster.gpu.memory_gb * 1e9;
   c.usable_bytes = c.capacity_bytes * r.usable_fraction;
-  c.fits = double(c.memory.total()) <= c.usable_bytes;
+  if (byte_count_bound(w, l, memory) < kBeyondAnyGpu) {
+    c.memory = estimate_memory(w, l, memory);
+    c.fits = double(c.memory.total()) <= c.usable_bytes;
+  } else {
+    // Not estimated: its activations alone could pass 2^62 bytes, so it fits nowhere.
+    c.memory.activations = int64_t(kBeyondAnyGpu);
+    c.fits = false;
+  }
+  c.time = estimate_time(w, l, cluster.gpu, r.engine);
   const double n = l.gpus(), step = c.time.step_s;
   // Against the peak of the precision the GEMMs run in (FP8's when modelled).
   const double peak = r.engine.fp8_gemms ? cluster.gpu.fp8_tflops : cluster.gpu.bf16_tflops;
@@ -154,7 +180,8 @@ PlanResult plan(const PlanRequest& r) {
     const Candidate& c = out.smallest;
     out.nothing_fits =
         str_cat(w.model_name, " fits nowhere: its smallest layout (", c.layout.describe(w),
-                ") needs ", c.memory.total() / 1e9, " GB per GPU against ", c.usable_bytes / 1e9,
+                ") needs ", c.memory.total() >= int64_t(kBeyondAnyGpu) ? "more than " : "",
+                c.memory.total() / 1e9, " GB per GPU against ", c.usable_bytes / 1e9,
                 " GB usable on ", r.clusters[size_t(c.cluster)].gpu.name,
                 "; use more GPUs, a larger GPU or a shorter "
                 "sequence");

@@ -11,12 +11,34 @@
 
 namespace tessera::plan {
 
+namespace {
+
+// parameter_count in double, rounded up (every bias and norm counted): it cannot overflow.
+double parameters_bound(const nn::GPTConfig& m) {
+  const double h = double(m.n_embd), f = double(m.ffn_dim()), V = double(m.padded_vocab_size());
+  const double qkv = double(m.n_head + 2 * m.n_kv_head) * double(m.head_dim());
+  const double block = 4 * h + qkv * (h + 1) + h * (h + 1) + 3 * f * (h + 1) + h;
+  return double(m.n_layer) * block + 2 * V * h + double(m.block_size) * h + 2 * h;
+}
+
+}  // namespace
+
 void Workload::validate() const {
   model.validate();
+  // Sizes whose byte counts a plan's 64-bit sums hold: 10^15 parameters is 1,000 times the
+  // largest dense model published, 2^30 tokens a step 64 times Llama 3's 16M, 2^16 layers 500
+  // times its 126.
+  const double parameters = parameters_bound(model);
+  TESSERA_CHECK(parameters <= 1e15, "plan: the model has about ", detail::significant(parameters),
+                " parameters, more than 10^15; check its sizes (", model.n_layer, " layers, width ",
+                model.n_embd, ", MLP ", model.ffn_dim(), ", vocabulary ", model.vocab_size, ")");
+  TESSERA_CHECK(model.n_layer <= 65536, "plan: ", model.n_layer, " layers is more than 2^16");
   TESSERA_CHECK(seq_len >= 1 && seq_len <= model.block_size, "plan: sequence length ", seq_len,
                 " must be in [1, the model's block_size ", model.block_size, "]");
   TESSERA_CHECK(global_batch >= 1 && global_batch <= (int64_t(1) << 30),
                 "plan: global batch must be in [1, 2^30] sequences, got ", global_batch);
+  TESSERA_CHECK(double(global_batch) * double(seq_len) <= double(int64_t(1) << 30), "plan: a step ",
+                "of ", global_batch, " x ", seq_len, " tokens is more than 2^30 tokens");
   // 1e16 is 300 times the largest runs published (Llama 3: 15.6T tokens).
   TESSERA_CHECK(std::isfinite(train_tokens) && train_tokens >= 0 && train_tokens <= 1e16,
                 "plan: tokens to train must be in [0, 1e16], got ", train_tokens);

@@ -261,8 +261,11 @@ void TrainOptions::validate() const {
                 "train: --device must be cpu, cuda or cuda-sim, got '", device, "'");
   TESSERA_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16",
                 "train: --precision must be fp32, bf16 or fp16, got '", precision, "'");
-  TESSERA_CHECK(std::isfinite(loss_scale_init) && loss_scale_init >= 1,
-                "train: --loss-scale-init must be finite and >= 1, got ", loss_scale_init);
+  // The scale multiplies the fp32 loss: past 2^127 it is infinite there, and the scaler would
+  // skip a step per halving (1e300: about 870 steps) before the first update.
+  TESSERA_CHECK(
+      std::isfinite(loss_scale_init) && loss_scale_init >= 1 && loss_scale_init <= 0x1p127,
+      "train: --loss-scale-init must be in [1, 2^127], got ", loss_scale_init);
   positive(loss_scale_window, "loss-scale-window");
   if (stochastic_rounding) {
     TESSERA_CHECK(precision == "bf16", "train: --stochastic-rounding rounds the fp32 master ",
@@ -273,7 +276,18 @@ void TrainOptions::validate() const {
                   "this layout (dp ", dp, ", tp ", tp, ", pp ", pp, ") runs the parallel one");
   }
   TESSERA_CHECK(threads >= 0, "train: --threads must be >= 0, got ", threads);
-  TESSERA_CHECK(lr > 0, "train: --lr must be positive, got ", lr);
+  TESSERA_CHECK(std::isfinite(lr) && lr > 0, "train: --lr must be positive, got ", lr);
+  // Checked here whatever the optimizer and schedule (a config file carries every field), and
+  // before training: the sampling options were checked only when the end-of-run sample began.
+  TESSERA_CHECK(std::isfinite(momentum) && momentum >= 0 && momentum < 1,
+                "train: --momentum (sgd) must be in [0, 1), got ", momentum);
+  TESSERA_CHECK(std::isfinite(decay_fraction) && decay_fraction > 0 && decay_fraction <= 1,
+                "train: --decay-fraction (wsd) must be in (0, 1], got ", decay_fraction);
+  TESSERA_CHECK(std::isfinite(sample_temperature) && sample_temperature >= 0,
+                "train: --sample-temperature must be finite and >= 0 (0: greedy), got ",
+                sample_temperature);
+  TESSERA_CHECK(sample_top_k >= 0, "train: --sample-top-k must be >= 0 (0: all tokens), got ",
+                sample_top_k);
   TESSERA_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "train: --min-lr-ratio must be in [0, 1], ",
                 "got ", min_lr_ratio);
   TESSERA_CHECK(peak_gflops >= 0, "train: --peak-gflops must be >= 0, got ", peak_gflops);

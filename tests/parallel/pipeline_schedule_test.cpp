@@ -4,6 +4,7 @@
 // times are sums of small integers, exact in double, so bubbles compare exactly.
 
 #include <gtest/gtest.h>
+#include <cmath>
 
 #include <algorithm>
 #include <iostream>
@@ -234,6 +235,16 @@ RANK_TEST(PipelineScheduleN1, InvalidSizesAreClearErrors) {
   s.ranks.pop_back();
   EXPECT_THROW(simulate(s), Error);
   EXPECT_THROW(simulate(make_schedule(ScheduleKind::gpipe, 2, 1, 2), {1, -1, 0, 0}), Error);
+  // A cost that is not a number, or one whose sum over the actions overflows, is named; with
+  // no compute at all the bubble (idle / busy) was printed as a measured 0.
+  const Schedule two = make_schedule(ScheduleKind::gpipe, 2, 1, 2);
+  e = message([&] { simulate(two, {NAN, 2, 0, 0}); });
+  EXPECT_NE(e.find("the forward cost must be in [0, 1e15], got nan"), std::string::npos) << e;
+  e = message([&] { simulate(two, {1, 2, 0, 1e300}); });
+  EXPECT_NE(e.find("the all-reduce cost must be in [0, 1e15], got 1e+300"), std::string::npos) << e;
+  e = message([&] { simulate(two, {0, 0, 1, 0}); });
+  EXPECT_NE(e.find("forward and backward costs are both 0"), std::string::npos) << e;
+  EXPECT_EQ(message([&] { simulate(two, {0, 1e15, 0, 0}); }), "no error");
 }
 
 RANK_TEST(PipelineScheduleN1, StagesAreBalancedAndContiguous) {

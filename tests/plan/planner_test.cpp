@@ -129,6 +129,47 @@ TEST(Planner, BadRequestsAreRefusedInOneLine) {
   refused(r, "tokens to train must be in [0, 1e16], got 1e+30");
 }
 
+// Models at the corners of what Workload::validate admits (10^15 parameters, 2^16 layers, 2^30
+// tokens a step, a vocabulary of 2^31 - 1) plan without an int64 byte count overflowing: every
+// valid layout's memory is non-negative and its step finite. Under tools/run_sanitizers.sh an
+// overflow is a UBSan report. A chunk's blocks are one memory unit, so 2^16 layers plan as fast
+// as 16 (a unit a layer took minutes at 100,000).
+TEST(Planner, ModelsAtTheBoundsPlanWithoutOverflow) {
+  struct Corner {
+    const char* what;
+    int64_t layers, width, heads, ffn, vocab, seq, batch;
+  };
+  const Corner corners[] = {
+      {"2^16 thin layers, a wide MLP", 65536, 64, 1, 75000000, 256, 2048, 512},
+      {"one layer of width 2^23", 1, 1 << 23, 1024, 1 << 24, 32000, 2048, 512},
+      {"a vocabulary of 2^31 - 1", 2, 1 << 17, 128, 1 << 19, 2147483647, 2048, 512},
+      {"sequences of 2^24 tokens", 32, 4096, 32, 11008, 32000, 1 << 24, 64},
+      {"2^19 sequences a step", 32, 4096, 32, 11008, 32000, 2048, 1 << 19},
+  };
+  for (const Corner& k : corners) {
+    PlanRequest r = llama70b_on(8);
+    nn::GPTConfig& m = r.workload.model;
+    m.n_layer = k.layers, m.n_embd = k.width, m.n_head = m.n_kv_head = k.heads;
+    m.ffn_hidden = k.ffn, m.vocab_size = k.vocab, m.block_size = k.seq;
+    r.workload.seq_len = k.seq, r.workload.global_batch = k.batch;
+    r.clusters.push_back(Cluster::of(GpuTable::builtin().find("b200"), 4096));
+    r.space.recompute = {nn::RecomputeMode::none, nn::RecomputeMode::full};
+    r.space.try_offload = true;
+    PlanResult p;
+    ASSERT_NO_THROW(p = plan(r)) << k.what;
+    EXPECT_GT(p.valid, 0) << k.what;
+    std::vector<Candidate> seen = p.ranked;
+    seen.push_back(p.smallest);
+    for (const Candidate& c : seen) {
+      const MemoryEstimate& e = c.memory;
+      for (const int64_t part : {e.parameters, e.gradients, e.optimizer, e.activations, e.buffers})
+        EXPECT_GE(part, 0) << k.what << ": " << c.layout.describe(r.workload);
+      EXPECT_GE(e.total(), e.activations) << k.what;
+      EXPECT_TRUE(std::isfinite(c.time.step_s) && c.time.step_s > 0) << k.what;
+    }
+  }
+}
+
 // More GPUs at the same batch: shorter steps (until communication dominates) and a plan that
 // stays under a second even at 10,000+ GPUs (bench: the CLI's own timing in docs/planning.md).
 TEST(Planner, MoreGpusShortenTheStep) {

@@ -236,6 +236,35 @@ TEST(Trainer, RecomputeKeepsTheLossesOfNone) {
   }
 }
 
+// Options a run reads only late, or only under another optimizer or schedule, are checked
+// before it starts: --sample-temperature -1 trained to the end and then failed at the sample,
+// and --momentum -1, --decay-fraction nan under the defaults (AdamW, cosine) were never read.
+TEST(Trainer, OptionsReadLateOrElsewhereAreCheckedBeforeTheRun) {
+  ScratchDir dir;
+  using tessera::testing::error_of;
+  auto says = [&](void (*set)(TrainOptions&), const std::string& what) {
+    TrainOptions o = tiny_options(dir, "run");
+    set(o);
+    EXPECT_NE(error_of([&] { o.validate(); }).find(what), std::string::npos) << what;
+  };
+  says([](TrainOptions& o) { o.sample_temperature = -1; },
+       "--sample-temperature must be finite and >= 0 (0: greedy), got -1");
+  says([](TrainOptions& o) { o.sample_temperature = NAN; }, "--sample-temperature must be");
+  says([](TrainOptions& o) { o.sample_top_k = -1; }, "--sample-top-k must be >= 0");
+  says([](TrainOptions& o) { o.momentum = -1; }, "--momentum (sgd) must be in [0, 1), got -1");
+  says([](TrainOptions& o) { o.momentum = 1; }, "--momentum (sgd) must be in [0, 1), got 1");
+  says([](TrainOptions& o) { o.decay_fraction = NAN; }, "--decay-fraction (wsd) must be in (0, 1]");
+  says([](TrainOptions& o) { o.decay_fraction = 2; }, "--decay-fraction (wsd) must be in (0, 1]");
+  says([](TrainOptions& o) { o.lr = INFINITY; }, "--lr must be positive, got inf");
+  says([](TrainOptions& o) { o.loss_scale_init = 1e300; },
+       "--loss-scale-init must be in [1, 2^127], got 1e+300");
+  TrainOptions o = tiny_options(dir, "run");
+  o.loss_scale_init = 0x1p127;  // the end of the range
+  o.sample_temperature = 0;
+  o.momentum = 0;
+  o.validate();
+}
+
 TEST(Trainer, RecomputeFlagsAreChecked) {
   ScratchDir dir;
   using tessera::testing::error_of;

@@ -8,6 +8,7 @@
 #include "tessera/parallel/pipeline/simulator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <map>
@@ -310,9 +311,16 @@ SimulationResult simulate(const Schedule& schedule, const SimulationOptions& opt
                 "pipeline simulator: schedule ", schedule.name(), " has invalid sizes");
   TESSERA_CHECK(schedule.ranks.size() == size_t(p), "pipeline simulator: schedule ",
                 schedule.name(), " has ", schedule.ranks.size(), " rank lists, expected ", p);
-  TESSERA_CHECK(options.forward_cost >= 0 && options.backward_cost >= 0 &&
-                    options.transfer_cost >= 0 && options.all_reduce_cost >= 0,
-                "pipeline simulator: action costs must be >= 0");
+  // At most 1e15 each: 2^22 actions of it still sum to a finite makespan.
+  for (const auto& [cost, name] :
+       {std::pair{options.forward_cost, "forward"}, std::pair{options.backward_cost, "backward"},
+        std::pair{options.transfer_cost, "transfer"},
+        std::pair{options.all_reduce_cost, "all-reduce"}})
+    TESSERA_CHECK(std::isfinite(cost) && cost >= 0 && cost <= 1e15, "pipeline simulator: the ",
+                  name, " cost must be in [0, 1e15], got ", cost);
+  TESSERA_CHECK(options.forward_cost + options.backward_cost > 0,
+                "pipeline simulator: the forward and backward costs are both 0, so the bubble ",
+                "(idle / busy) is undefined");
   return Simulation(schedule, options).run();
 }
 
