@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "tessera/core/error.h"
+#include "tessera/plan/memory_model.h"
 #include "tessera/plan/planner.h"
 
 namespace tessera::plan {
@@ -158,6 +159,9 @@ TEST(Planner, ModelsAtTheBoundsPlanWithoutOverflow) {
     PlanResult p;
     ASSERT_NO_THROW(p = plan(r)) << k.what;
     EXPECT_GT(p.valid, 0) << k.what;
+    // A chunk's blocks are one unit: at most the embedding, the blocks and the head a chunk.
+    const Layout& any = p.smallest.layout;
+    EXPECT_LE(rank_units(m, any, 0).size(), size_t(3 * any.virtual_stages)) << k.what;
     std::vector<Candidate> seen = p.ranked;
     seen.push_back(p.smallest);
     for (const Candidate& c : seen) {
