@@ -63,19 +63,20 @@ double rank_key(const Candidate& c, const PlanRequest& r) {
 constexpr double kBeyondAnyGpu = 0x1p62;
 
 // An upper bound, in double, of the largest product estimate_memory forms: a micro-batch's
-// tokens, times the widest tensor a token has (the model, the MLP, the vocabulary, or the
-// attention scores when they are materialized), times the rank's layers plus the embedding
-// and the head, times the chunks in flight, times 64 bytes (16-bit values of the widest
-// tensors a block saves, about 8 of them, with room). Below kBeyondAnyGpu no sum overflows.
+// tokens, times the chunks in flight, times 128 bytes, times the widths a token has on this
+// rank: its blocks' widest tensor (the model, the MLP, q k v, or the attention scores when they
+// are materialized) for each of its layers, and the head's logits. A block saves at most 14
+// values of its widest width a token, of at most 4 bytes, and its statistics: under 64 bytes;
+// 128 leaves room. Below kBeyondAnyGpu no sum overflows.
 double byte_count_bound(const Workload& w, const Layout& l, const MemoryOptions& options) {
   const nn::GPTConfig& m = w.model;
   const double tokens = double(l.micro_batch(w)) * double(w.seq_len);
-  double widest = std::max({double(m.n_embd), double(m.ffn_dim()), double(m.vocab_size),
-                            double(m.n_head + 2 * m.n_kv_head) * double(m.head_dim())});
-  if (options.materialized_attention) widest += double(m.n_head) * double(w.seq_len);
-  const double layers = double(m.n_layer) / l.pp + 2;
+  double block = std::max({double(m.n_embd), double(m.ffn_dim()),
+                           double(m.n_head + 2 * m.n_kv_head) * double(m.head_dim())});
+  if (options.materialized_attention) block += double(m.n_head) * double(w.seq_len);
+  const double widths = block * double(m.n_layer) / l.pp + double(m.vocab_size) + m.n_embd;
   const double in_flight = double(l.microbatches) * l.virtual_stages;
-  return 64 * tokens * widest * layers * in_flight;
+  return 128 * tokens * widths * in_flight;
 }
 
 }  // namespace
