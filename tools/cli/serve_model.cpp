@@ -19,8 +19,9 @@ void check_serve_flags(const ServeFlags& f) {
   TESSERA_CHECK(f.kv_blocks >= 0,
                 "serve: --kv-blocks must be >= 0 (0: enough for --max-running full contexts), got ",
                 f.kv_blocks);
-  // The HTTP server keeps two threads a running sequence (a stream, and a request waiting to
-  // join): 1,024 running is 2,052 threads. vLLM's default is 256.
+  // A request holds one of httplib's threads while it waits or runs, and the pool is sized for
+  // the running and as many waiting (ServeApp::listen: 2 x --max-running + 4): 1,024 running
+  // is 2,052 threads. vLLM's default is 256.
   TESSERA_CHECK(f.max_running >= 1 && f.max_running <= kMaxRunning,
                 "serve: --max-running must be in [1, ", kMaxRunning, "], got ", f.max_running);
   TESSERA_CHECK(f.max_batch_tokens >= 1, "serve: --max-batch-tokens must be positive, got ",
