@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tessera/core/error.h"
+#include "tessera/plan/detail/text.h"
 
 namespace tessera::plan {
 
@@ -36,8 +37,7 @@ void CheckpointInputs::validate() const {
   // The given figures within what clusters span, with a wide margin: a node failing every
   // 15 minutes, storage from 1 MB/s to 100 TB/s per node, a save or restart of 11 days.
   auto in_range = [](double v, const char* what, double lo, double hi) {
-    TESSERA_CHECK(std::isfinite(v) && v >= lo && v <= hi, "plan: the ", what, " must be in [", lo,
-                  ", ", hi, "], got ", v);
+    detail::check_in_range(v, lo, hi, str_cat("plan: the ", what));
   };
   in_range(node_failures_per_day, "node failure rate (per node and day)", 0, 100);
   in_range(storage_gbps, "checkpoint storage bandwidth (GB/s per node)", 1e-3, 1e5);

@@ -27,8 +27,7 @@ void GpuSpec::validate() const {
   // Each figure within what hardware spans, with a wide margin (a slow CPU core to 40x a
   // B200), so that every time, cost and count derived from it stays a meaningful double.
   auto in_range = [&](double v, const char* field, double lo, double hi, const char* unit) {
-    TESSERA_CHECK(std::isfinite(v) && v >= lo && v <= hi, "gpu '", name, "': ", field,
-                  " must be in [", lo, ", ", hi, "] ", unit, ", got ", v);
+    detail::check_in_range(v, lo, hi, str_cat("gpu '", name, "': ", field), unit);
   };
   in_range(bf16_tflops, "bf16_tflops", 1e-3, 1e5, "TFLOP/s");
   in_range(memory_gb, "memory_gb", 0.1, 1e5, "GB");

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "tessera/core/error.h"
+#include "tessera/plan/detail/text.h"
 
 namespace tessera::plan {
 
@@ -38,10 +39,8 @@ void check_request(const PlanRequest& r) {
     c.gpu.validate();
     TESSERA_CHECK(c.gpus >= 1 && c.gpus <= (1 << 20), "plan: the number of GPUs must be in [1, ",
                   1 << 20, "], got ", c.gpus);
-    TESSERA_CHECK(
-        std::isfinite(c.usd_per_hour) && c.usd_per_hour >= 0 && c.usd_per_hour <= kMaxUsdPerGpuHour,
-        "plan: the price per GPU-hour must be in [0, ", kMaxUsdPerGpuHour, "] USD, got ",
-        c.usd_per_hour);
+    detail::check_in_range(c.usd_per_hour, 0, kMaxUsdPerGpuHour, "plan: the price per GPU-hour",
+                           "USD");
     TESSERA_CHECK(r.memory.reserve_gb < c.gpu.memory_gb, "plan: the memory reserve of ",
                   r.memory.reserve_gb, " GB is not less than the ", c.gpu.name, "'s ",
                   c.gpu.memory_gb, " GB");

@@ -13,12 +13,27 @@ namespace tessera::plan {
 
 namespace {
 
-// parameter_count in double, rounded up (every bias and norm counted): it cannot overflow.
-double parameters_bound(const nn::GPTConfig& m) {
-  const double h = double(m.n_embd), f = double(m.ffn_dim()), V = double(m.padded_vocab_size());
-  const double qkv = double(m.n_head + 2 * m.n_kv_head) * double(m.head_dim());
-  const double block = 4 * h + qkv * (h + 1) + h * (h + 1) + 3 * f * (h + 1) + h;
-  return double(m.n_layer) * block + 2 * V * h + double(m.block_size) * h + 2 * h;
+// The counts in T: int64_t for the exact figure, double for one that cannot overflow (what
+// Workload::validate compares against its bound). The divisions by tp stay integral.
+template <class T>
+T block_parameters_as(const nn::GPTConfig& m, int tp) {
+  const T h = T(m.n_embd), f = T(m.ffn_dim() / tp), h_tp = T(m.n_embd / tp);
+  const T norm = m.norm == nn::NormKind::layernorm && m.bias ? 2 * h : h;
+  const T qkv = T((m.n_head + 2 * m.n_kv_head) * m.head_dim() / tp);
+  T n = 2 * norm + qkv * h + h * h_tp;
+  n += m.mlp == nn::MlpKind::gelu ? 2 * h * f : 3 * h * f;
+  if (m.bias) n += qkv + h + (m.mlp == nn::MlpKind::gelu ? f + h : 2 * f + h);
+  return n;
+}
+
+template <class T>
+T parameter_count_as(const nn::GPTConfig& m) {
+  const T h = T(m.n_embd), V = T(m.padded_vocab_size());
+  const T norm = m.norm == nn::NormKind::layernorm && m.bias ? 2 * h : h;
+  T total = T(m.n_layer) * block_parameters_as<T>(m, 1) + V * h + norm;
+  if (m.position == nn::PositionKind::learned) total += T(m.block_size) * h;
+  if (!m.tie_embeddings) total += V * h;
+  return total;
 }
 
 }  // namespace
@@ -28,7 +43,7 @@ void Workload::validate() const {
   // Sizes whose byte counts a plan's 64-bit sums hold: 10^15 parameters is 1,000 times the
   // largest dense model published, 2^30 tokens a step 64 times Llama 3's 16M, 2^16 layers 500
   // times its 126.
-  const double parameters = parameters_bound(model);
+  const double parameters = parameter_count_as<double>(model);
   TESSERA_CHECK(parameters <= 1e15, "plan: the model has about ", detail::significant(parameters),
                 " parameters, more than 10^15; check its sizes (", model.n_layer, " layers, width ",
                 model.n_embd, ", MLP ", model.ffn_dim(), ", vocabulary ", model.vocab_size, ")");
@@ -183,22 +198,11 @@ nn::GPTConfig model_from_hf_config(const std::string& path) {
 }
 
 int64_t block_parameters(const nn::GPTConfig& m, int tp) {
-  const int64_t h = m.n_embd, d = m.head_dim(), f = m.ffn_dim() / tp;
-  const int64_t norm = m.norm == nn::NormKind::layernorm && m.bias ? 2 * h : h;
-  const int64_t qkv = (m.n_head + 2 * m.n_kv_head) * d / tp;
-  int64_t n = 2 * norm + qkv * h + h * (h / tp);
-  n += m.mlp == nn::MlpKind::gelu ? 2 * h * f : 3 * h * f;
-  if (m.bias) n += qkv + h + (m.mlp == nn::MlpKind::gelu ? f + h : 2 * f + h);
-  return n;
+  return block_parameters_as<int64_t>(m, tp);
 }
 
 int64_t parameter_count(const nn::GPTConfig& m) {
-  const int64_t h = m.n_embd, V = m.padded_vocab_size();
-  const int64_t norm = m.norm == nn::NormKind::layernorm && m.bias ? 2 * h : h;
-  int64_t total = m.n_layer * block_parameters(m) + V * h + norm;
-  if (m.position == nn::PositionKind::learned) total += m.block_size * h;
-  if (!m.tie_embeddings) total += V * h;
-  return total;
+  return parameter_count_as<int64_t>(m);
 }
 
 FlopsPerToken flops_per_token(const nn::GPTConfig& m, int64_t s) {

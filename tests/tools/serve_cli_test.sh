@@ -127,7 +127,8 @@ echo "$err" | grep -qF "holds quantized (q8_0) weights" || fail "convert: $err"
 refused() {  # refused "what it must say" args...
   local says=$1 err
   shift
-  if err=$("$tessera" serve "$@" 2>&1 >/dev/null); then fail "accepted: $*"; fi
+  # A server that starts instead of refusing would listen until killed: 60 s is a failure.
+  if err=$(timeout 60 "$tessera" serve "$@" 2>&1 >/dev/null); then fail "accepted: $*"; fi
   echo "$err" | grep -qF -- "$says" || fail "for $* expected '$says', got: $err"
 }
 refused "serve: --tp 2 needs 2 processes but 1 is running; start it as mpiexec -n 2" --model run --tp 2

@@ -28,6 +28,14 @@ inline std::string fixed(double v, int digits) {
   return b;
 }
 
+// Throws "<what> must be in [lo, hi] <unit>, got v" unless v is finite and in range: every
+// figure a plan takes has such a range (docs/planning.md lists them).
+inline void check_in_range(double v, double lo, double hi, const std::string& what,
+                           const std::string& unit = "") {
+  TESSERA_CHECK(std::isfinite(v) && v >= lo && v <= hi, what, " must be in [", lo, ", ", hi, "]",
+                unit.empty() ? std::string() : " " + unit, ", got ", v);
+}
+
 // Throws tessera::Error naming `source` when the text nests too deep or is not JSON.
 inline nlohmann::json parse_json(const std::string& text, const std::string& source) {
   check_json_depth(text, source);
