@@ -5,7 +5,12 @@
 
 namespace tessera {
 
-// Threads used by the CPU backend (OpenMP and Eigen's GEMM).
+// The most threads set_num_threads takes. The largest two-socket servers have 768 hardware
+// threads, and more threads than cores only take turns on them; libgomp crashed creating
+// 100,000 (SIGSEGV) and failed at 32,768 on a 2-core machine with 24 GiB.
+inline constexpr int kMaxThreads = 1024;
+
+// Threads used by the CPU backend (OpenMP and Eigen's GEMM): 1 to kMaxThreads.
 void set_num_threads(int n);
 int num_threads();
 

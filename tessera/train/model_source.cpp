@@ -32,6 +32,19 @@ bool llama_config_in(const fs::path& dir) {
   }
 }
 
+// --n-head names the heads of GPT-2 weights that do not record them (safetensors without a
+// config.json). Every other source records its own, where the flag was ignored.
+void check_n_head_applies(ModelSourceKind kind, const std::string& spec, int64_t n_head) {
+  TESSERA_CHECK(n_head >= 0, "model: --n-head must be >= 0 (0: from the weights), got ", n_head);
+  const char* records = kind == ModelSourceKind::hf_llama ? "a Llama model, whose config.json"
+                        : kind == ModelSourceKind::llmc   ? "an llm.c model, whose header"
+                        : kind == ModelSourceKind::hf_gpt2
+                            ? nullptr
+                            : "a Tessera run or checkpoint, whose state.json";
+  TESSERA_CHECK(n_head == 0 || records == nullptr, "model: ", spec, " is ", records,
+                " gives its heads: --n-head applies to Hugging Face GPT-2 weights only");
+}
+
 }  // namespace
 
 ModelSourceKind detect_model_source(const std::string& spec) {
@@ -58,12 +71,9 @@ ModelSourceKind detect_model_source(const std::string& spec) {
 
 nn::StateDict import_weights(const std::string& spec, nn::GPTConfig* config, int64_t n_head) {
   ModelSourceKind kind = detect_model_source(spec);
+  check_n_head_applies(kind, spec, n_head);
   if (kind == ModelSourceKind::llmc) return nn::import_llmc_gpt2(spec, config);
-  if (kind == ModelSourceKind::hf_llama) {
-    TESSERA_CHECK(n_head == 0, "model: ", spec, " is a Llama model, whose config.json gives its ",
-                  "heads: --n-head does not apply");
-    return nn::import_hf_llama(spec, config);
-  }
+  if (kind == ModelSourceKind::hf_llama) return nn::import_hf_llama(spec, config);
   TESSERA_CHECK(kind == ModelSourceKind::hf_gpt2, "model: ", spec,
                 " is a Tessera run or checkpoint, not HF or llm.c weights");
   nn::HfGpt2Options options;
@@ -95,6 +105,7 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
   LoadedModel out;
   out.kind = detect_model_source(spec);
   out.path = spec;
+  check_n_head_applies(out.kind, spec, n_head);
   if (out.kind == ModelSourceKind::hf_gpt2 || out.kind == ModelSourceKind::hf_llama ||
       out.kind == ModelSourceKind::llmc) {
     nn::StateDict weights = import_weights(spec, &out.config, n_head);

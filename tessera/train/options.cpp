@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "tessera/core/error.h"
+#include "tessera/core/threads.h"
 #include "tessera/core/version.h"
 
 namespace tessera::train {
@@ -98,6 +99,51 @@ void read_value(const nlohmann::json& v, const std::string& key, T& out) {
     TESSERA_CHECK(v.is_number_integer(), "config: '", key, "' must be an integer, got ", v.dump());
   }
   out = v.get<T>();
+}
+
+// Options that only some settings read. One set away from its default where nothing reads it
+// is refused, naming what it needs and what the run has: before, --momentum under AdamW or
+// --loss-scale-init under fp32 trained as if it were not there. A config file of a run
+// carries every field at its default, which passes.
+void refuse_options_nothing_reads(const TrainOptions& o) {
+  const TrainOptions d;
+  struct Rule {
+    const char* flag;
+    bool set, read;
+    std::string needs, has;
+  };
+  const std::string optimizer = "--optimizer " + o.optimizer;
+  const std::string schedule = "--lr-schedule " + o.lr_schedule_kind;
+  const std::string sampling = str_cat("--sample-tokens ", o.sample_tokens);
+  const Rule rules[] = {
+      {"momentum", o.momentum != d.momentum, o.optimizer == "sgd", "--optimizer sgd", optimizer},
+      {"beta1", o.beta1 != d.beta1, o.optimizer == "adamw", "--optimizer adamw", optimizer},
+      {"beta2", o.beta2 != d.beta2, o.optimizer == "adamw", "--optimizer adamw", optimizer},
+      {"eps", o.eps != d.eps, o.optimizer == "adamw", "--optimizer adamw", optimizer},
+      {"decay-fraction", o.decay_fraction != d.decay_fraction, o.lr_schedule_kind == "wsd",
+       "--lr-schedule wsd", schedule},
+      {"min-lr-ratio", o.min_lr_ratio != d.min_lr_ratio, o.lr_schedule_kind != "constant",
+       "--lr-schedule cosine or wsd", schedule},
+      {"loss-scale-init", o.loss_scale_init != d.loss_scale_init, o.precision == "fp16",
+       "--precision fp16", "--precision " + o.precision},
+      {"loss-scale-window", o.loss_scale_window != d.loss_scale_window, o.precision == "fp16",
+       "--precision fp16", "--precision " + o.precision},
+      {"eval-every", o.eval_every != d.eval_every, !o.val_data.empty(), "--val-data",
+       "no --val-data"},
+      {"eval-batches", o.eval_batches != d.eval_batches, !o.val_data.empty(), "--val-data",
+       "no --val-data"},
+      {"sample-prompt", o.sample_prompt != d.sample_prompt, o.sample_tokens > 0,
+       "--sample-tokens > 0", sampling},
+      {"sample-temperature", o.sample_temperature != d.sample_temperature, o.sample_tokens > 0,
+       "--sample-tokens > 0", sampling},
+      {"sample-top-k", o.sample_top_k != d.sample_top_k, o.sample_tokens > 0, "--sample-tokens > 0",
+       sampling},
+      {"num-samples", o.num_samples != d.num_samples, o.sample_tokens > 0, "--sample-tokens > 0",
+       sampling},
+  };
+  for (const Rule& r : rules)
+    TESSERA_CHECK(!r.set || r.read, "train: --", r.flag, " applies only with ", r.needs,
+                  "; this run has ", r.has, ", where nothing reads it");
 }
 
 }  // namespace
@@ -275,7 +321,8 @@ void TrainOptions::validate() const {
     TESSERA_CHECK(!parallel(), "train: --stochastic-rounding is for the single-process trainer; ",
                   "this layout (dp ", dp, ", tp ", tp, ", pp ", pp, ") runs the parallel one");
   }
-  TESSERA_CHECK(threads >= 0, "train: --threads must be >= 0, got ", threads);
+  TESSERA_CHECK(threads >= 0 && threads <= kMaxThreads, "train: --threads must be in [0, ",
+                kMaxThreads, "] (0: all cores), got ", threads);
   TESSERA_CHECK(std::isfinite(lr) && lr > 0, "train: --lr must be positive, got ", lr);
   // Checked here whatever the optimizer and schedule (a config file carries every field), and
   // before training: the sampling options were checked only when the end-of-run sample began.
@@ -291,6 +338,7 @@ void TrainOptions::validate() const {
   TESSERA_CHECK(min_lr_ratio >= 0 && min_lr_ratio <= 1, "train: --min-lr-ratio must be in [0, 1], ",
                 "got ", min_lr_ratio);
   TESSERA_CHECK(peak_gflops >= 0, "train: --peak-gflops must be >= 0, got ", peak_gflops);
+  refuse_options_nothing_reads(*this);
   model_config().validate();
   TESSERA_CHECK(seq_len <= model_config().block_size, "train: --seq-len ", seq_len,
                 " exceeds the model's block_size ", model_config().block_size);

@@ -97,6 +97,31 @@ TEST(Cli, BadFlagsGiveOneLineAndNonZeroExit) {
   EXPECT_EQ(count_lines(model.err), 1) << model.err;
 }
 
+// Sizes no job has, refused in one line before anything starts. Before, --ranks 10^8 held
+// 13.6 GiB of heartbeat slots ten minutes on, --dump-window 1e300 would wait forever before
+// killing a stuck job, and the job's dp x tp x pp was cast to int past its range.
+TEST(Cli, LaunchRefusesSizesNoJobHas) {
+  ScratchDir dir;
+  // launch FLAGS -- COMMAND --run-dir <scratch>: the job's run directory is the scratch one.
+  auto refused = [&](const std::vector<std::string>& flags, const std::vector<std::string>& job,
+                     const std::string& says) {
+    std::vector<std::string> args = {"launch"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.push_back("--");
+    args.insert(args.end(), job.begin(), job.end());
+    args.insert(args.end(), {"--run-dir", dir / "run"});
+    const Result r = run_cli(args, dir);
+    EXPECT_EQ(r.code, 1) << says;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
+  };
+  refused({"--ranks", "100000000"}, {"true"}, "--ranks must be in [1, 1048576], got 100000000");
+  refused({"--dump-window", "1e300"}, {"true"},
+          "--dump-window must be between 0 and 3600 seconds, got 1e+300");
+  refused({}, {"mpiexec", "tessera", "train", "--dp", "100000", "--tp", "100000"},
+          "the job's --dp x --tp x --pp is 1e+10; one supervisor watches 1 to 1048576 ranks");
+}
+
 // --device cuda-sim: the CUDA backend on the kernel simulator, selected from the command line,
 // trains as the CPU does. fp32 on both from the same weights and batches: the kernels sum in
 // other orders (f32 round-off ~1e-7 relative per sum), which three steps at lr 3e-3 keep

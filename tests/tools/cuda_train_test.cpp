@@ -30,13 +30,12 @@ TrainOptions tiny_run(const ScratchDir& dir, const std::string& run, const std::
   TrainOptions o = tiny_options(dir, run);
   o.model_overrides = {{"n_layer", 1}, {"n_head", 2},     {"n_kv_head", 2},
                        {"n_embd", 16}, {"block_size", 8}, {"dropout", 0.0}};
-  o.val_data.clear();
+  drop_validation(o);
   o.batch_size = 2;
   o.seq_len = 8;
   o.grad_accum = 1;
   o.max_steps = 3;
   o.warmup_steps = 0;
-  o.eval_every = 0;
   o.checkpoint_every = 0;
   o.device = device;
   o.precision = precision;

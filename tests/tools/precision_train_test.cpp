@@ -28,7 +28,7 @@ std::vector<nlohmann::json> read_metrics(const std::string& run_dir) {
 TrainOptions no_dropout(const ScratchDir& dir, const std::string& run) {
   TrainOptions o = tiny_options(dir, run);
   o.model_overrides["dropout"] = 0.0;
-  o.val_data.clear();
+  drop_validation(o);
   o.max_steps = 6;
   return o;
 }

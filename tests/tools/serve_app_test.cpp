@@ -75,7 +75,10 @@ TEST(ServeApp, RefusesSizesOutOfRangeByName) {
     }
   };
   refused([](ServeFlags& f) { f.kv_blocks = -5; }, "serve: --kv-blocks must be >= 0");
-  refused([](ServeFlags& f) { f.threads = -3; }, "serve: --threads must be >= 0 (0: all), got -3");
+  refused([](ServeFlags& f) { f.threads = -3; },
+          "serve: --threads must be in [0, 1024] (0: all), got -3");
+  refused([](ServeFlags& f) { f.threads = 100000; },  // libgomp crashed creating them (SIGSEGV)
+          "serve: --threads must be in [0, 1024] (0: all), got 100000");
   refused([](ServeFlags& f) { f.max_running = 0; }, "--max-running must be in [1, 1024], got 0");
   refused([](ServeFlags& f) { f.max_running = 1000000000; },
           "--max-running must be in [1, 1024], got 1000000000");

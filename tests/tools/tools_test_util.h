@@ -75,4 +75,12 @@ inline TrainOptions tiny_options(const ScratchDir& dir, const std::string& run) 
   return o;
 }
 
+// No validation split: the evaluation options go back to their defaults, since a run without
+// --val-data refuses them (nothing would read them).
+inline void drop_validation(TrainOptions& o) {
+  o.val_data.clear();
+  o.eval_every = 0;
+  o.eval_batches = TrainOptions().eval_batches;
+}
+
 }  // namespace tessera::cli::testing

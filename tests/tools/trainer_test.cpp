@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "support/error_of.h"
+#include "tessera/core/threads.h"
 #include "tessera/cuda/cuda.h"
 #include "tessera/train/metrics.h"
 #include "tessera/train/trainer.h"
@@ -259,10 +260,91 @@ TEST(Trainer, OptionsReadLateOrElsewhereAreCheckedBeforeTheRun) {
   says([](TrainOptions& o) { o.loss_scale_init = 1e300; },
        "--loss-scale-init must be in [1, 2^127], got 1e+300");
   TrainOptions o = tiny_options(dir, "run");
+  o.precision = "fp16";
   o.loss_scale_init = 0x1p127;  // the end of the range
+  o.sample_tokens = 4;
   o.sample_temperature = 0;
+  o.optimizer = "sgd";
   o.momentum = 0;
   o.validate();
+}
+
+// Each option that only some settings read, set where none reads it: refused naming the
+// option, what it needs and what the run has. Set where it is read, each passes.
+TEST(Trainer, OptionsNothingReadsAreRefused) {
+  ScratchDir dir;
+  using tessera::testing::error_of;
+  struct Case {
+    void (*set)(TrainOptions&);
+    const char* error;
+  };
+  const Case cases[] = {
+      {[](TrainOptions& o) { o.momentum = 0.5; },
+       "--momentum applies only with --optimizer sgd; this run has --optimizer adamw"},
+      {[](TrainOptions& o) { o.optimizer = "sgd", o.beta1 = 0.5; },
+       "--beta1 applies only with --optimizer adamw; this run has --optimizer sgd"},
+      {[](TrainOptions& o) { o.optimizer = "sgd", o.beta2 = 0.5; }, "--beta2 applies only"},
+      {[](TrainOptions& o) { o.optimizer = "sgd", o.eps = 1e-6; }, "--eps applies only"},
+      {[](TrainOptions& o) { o.decay_fraction = 0.5; },
+       "--decay-fraction applies only with --lr-schedule wsd; this run has --lr-schedule cosine"},
+      {[](TrainOptions& o) { o.lr_schedule_kind = "constant", o.min_lr_ratio = 0.5; },
+       "--min-lr-ratio applies only with --lr-schedule cosine or wsd"},
+      {[](TrainOptions& o) { o.loss_scale_init = 1024; },
+       "--loss-scale-init applies only with --precision fp16; this run has --precision fp32"},
+      {[](TrainOptions& o) { o.precision = "bf16", o.loss_scale_window = 10; },
+       "--loss-scale-window applies only with --precision fp16; this run has --precision bf16"},
+      {[](TrainOptions& o) { o.val_data.clear(); },  // tiny_options sets eval_every 4
+       "--eval-every applies only with --val-data; this run has no --val-data"},
+      {[](TrainOptions& o) { o.val_data.clear(), o.eval_every = 0, o.eval_batches = 3; },
+       "--eval-batches applies only with --val-data"},
+      {[](TrainOptions& o) { o.sample_prompt = "Tensor"; },
+       "--sample-prompt applies only with --sample-tokens > 0; this run has --sample-tokens 0"},
+      {[](TrainOptions& o) { o.sample_temperature = 0; }, "--sample-temperature applies only"},
+      {[](TrainOptions& o) { o.sample_top_k = 0; }, "--sample-top-k applies only"},
+      {[](TrainOptions& o) { o.num_samples = 2; }, "--num-samples applies only"},
+  };
+  for (const Case& c : cases) {
+    TrainOptions o = tiny_options(dir, "run");
+    c.set(o);
+    EXPECT_NE(error_of([&] { o.validate(); }).find(c.error), std::string::npos) << c.error;
+  }
+  // Where they are read.
+  TrainOptions o = tiny_options(dir, "run");
+  o.optimizer = "sgd";
+  o.momentum = 0.5;
+  o.lr_schedule_kind = "wsd";
+  o.decay_fraction = 0.5;
+  o.min_lr_ratio = 0.5;
+  o.precision = "fp16";
+  o.loss_scale_init = 1024;
+  o.loss_scale_window = 10;
+  o.eval_batches = 3;
+  o.sample_tokens = 4;
+  o.sample_prompt = "Tensor";
+  o.sample_top_k = 0;
+  o.num_samples = 2;
+  o.validate();
+  o = tiny_options(dir, "run");
+  o.beta1 = 0.8, o.beta2 = 0.99, o.eps = 1e-6;
+  o.validate();
+  // A run's config.json carries every field at its default: it passes as is.
+  TrainOptions from_file;
+  from_file.update_from_json(TrainOptions().to_config_file());
+  from_file.train_data = "x.bin";
+  from_file.validate();
+}
+
+TEST(Trainer, ThreadsBeyondAnyMachineAreRefused) {
+  ScratchDir dir;
+  TrainOptions o = tiny_options(dir, "run");
+  o.threads = 100000;  // libgomp crashed (SIGSEGV) creating these
+  const std::string train = tessera::testing::error_of([&] { o.validate(); });
+  EXPECT_NE(train.find("--threads must be in [0, 1024] (0: all cores), got 100000"),
+            std::string::npos)
+      << train;
+  const std::string core = tessera::testing::error_of([] { set_num_threads(1025); });
+  EXPECT_NE(core.find("set_num_threads: expected 1 to 1024 threads, got 1025"), std::string::npos)
+      << core;
 }
 
 TEST(Trainer, RecomputeFlagsAreChecked) {

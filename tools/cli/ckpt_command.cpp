@@ -89,9 +89,11 @@ void convert(const std::string& spec, const std::string& to, const std::string& 
              int64_t n_head, int64_t shards) {
   TESSERA_CHECK(shards == 0 || to == "sharded", "ckpt convert: --shards ", shards,
                 " applies to --to sharded only, got --to ", to);
+  TESSERA_CHECK(!bf16 || to == "llmc", "ckpt convert: --bf16 applies to --to llmc only (the ",
+                "other formats keep the model's dtypes), got --to ", to);
   if (to == "gathered" || to == "sharded") {
-    TESSERA_CHECK(!bf16 && n_head == 0, "ckpt convert: --bf16 and --n-head do not apply to --to ",
-                  to, " (a training checkpoint keeps its dtypes and config)");
+    TESSERA_CHECK(n_head == 0, "ckpt convert: --n-head does not apply to --to ", to,
+                  " (a training checkpoint keeps its config)");
     TESSERA_CHECK(to == "gathered" || (shards >= 1 && shards <= 65536),
                   "ckpt convert: --to sharded needs --shards N (1 to 65536), got ", shards);
     return convert_training(spec, to, output, shards);

@@ -54,6 +54,15 @@ void quantize(const QuantizeFlags& f) {
   TESSERA_CHECK(f.to == "int8", "ckpt quantize: --to must be int8, got '", f.to, "'");
   TESSERA_CHECK(f.eval_batches >= 1 && f.batch_size >= 1, "ckpt quantize: --eval-batches and ",
                 "--batch-size must be positive");
+  const QuantizeFlags d;
+  const char* unread = f.eval_batches != d.eval_batches ? "--eval-batches"
+                       : f.batch_size != d.batch_size   ? "--batch-size"
+                       : f.seq_len != d.seq_len         ? "--seq-len"
+                                                        : nullptr;
+  TESSERA_CHECK(unread == nullptr || !f.eval_data.empty(), "ckpt quantize: ", unread,
+                " sizes the loss measured on --eval-data, which is not given");
+  TESSERA_CHECK(f.seq_len >= 0, "ckpt quantize: --seq-len must be >= 0 (0: the run's), got ",
+                f.seq_len);
   train::LoadedModel m = train::load_model(f.spec, f.n_head);
   // The length the run trained at (its loader's), so the loss is that of the positions it
   // learned; a model from elsewhere: the context, up to 256.

@@ -142,7 +142,23 @@ void generate_on_rank(const GenerateFlags& f, bool prints) {
   }
 }
 
+// Sizes out of range, and flags that --prompts-file leaves unread, before any model loads.
+void check_generate_flags(const GenerateFlags& f) {
+  TESSERA_CHECK(f.threads >= 0 && f.threads <= kMaxThreads, "generate: --threads must be in [0, ",
+                kMaxThreads, "] (0: all), got ", f.threads);
+  TESSERA_CHECK(f.num_samples >= 1, "generate: --num-samples must be positive, got ",
+                f.num_samples);
+  const GenerateFlags d;
+  const char* unread = f.prompts_file.empty()           ? nullptr
+                       : f.prompt != d.prompt           ? "--prompt"
+                       : f.num_samples != d.num_samples ? "--num-samples"
+                                                        : nullptr;
+  TESSERA_CHECK(unread == nullptr, "generate: ", unread, " does not apply with --prompts-file ",
+                "(one completion for each of its lines)");
+}
+
 void run_generate(const GenerateFlags& f) {
+  check_generate_flags(f);
   if (f.threads > 0) set_num_threads(f.threads);
   // --device cuda-sim: the CUDA backend with every kernel in the CPU simulator.
   if (f.device == "cuda-sim") cuda::use_simulated_device();

@@ -14,7 +14,8 @@ namespace tessera::cli {
 void check_serve_flags(const ServeFlags& f) {
   TESSERA_CHECK(f.port >= 0 && f.port <= 65535, "serve: --port must be in [0, 65535], got ",
                 f.port);
-  TESSERA_CHECK(f.threads >= 0, "serve: --threads must be >= 0 (0: all), got ", f.threads);
+  TESSERA_CHECK(f.threads >= 0 && f.threads <= kMaxThreads, "serve: --threads must be in [0, ",
+                kMaxThreads, "] (0: all), got ", f.threads);
   TESSERA_CHECK(f.block_size >= 1, "serve: --block-size must be positive, got ", f.block_size);
   TESSERA_CHECK(f.kv_blocks >= 0,
                 "serve: --kv-blocks must be >= 0 (0: enough for --max-running full contexts), got ",

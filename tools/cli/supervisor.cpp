@@ -214,18 +214,25 @@ int supervise(LaunchOptions o, std::ostream& out) {
                 o.max_restarts);
   TESSERA_CHECK(o.heartbeat_timeout > 0, "tessera launch: --heartbeat-timeout must be positive, "
                                          "got ", o.heartbeat_timeout);
-  TESSERA_CHECK(o.dump_window >= 0, "tessera launch: --dump-window must be >= 0, got ",
+  // The bound train's --dump-window has: past an hour a stuck job is not worth its GPUs.
+  TESSERA_CHECK(o.dump_window >= 0 && o.dump_window <= 3600,
+                "tessera launch: --dump-window must be between 0 and 3600 seconds, got ",
                 o.dump_window);
   const std::string job_run_dir = job_setting(o.command, "run_dir", "runs/default");
   TESSERA_CHECK(o.run_dir.empty() || fs::path(o.run_dir) == fs::path(job_run_dir),
                 "tessera launch: --run-dir ", o.run_dir, " differs from the job's ", job_run_dir);
   if (o.run_dir.empty()) o.run_dir = job_run_dir;
   if (o.ranks == 0) {
-    o.ranks = 1;
+    double ranks = 1;
     for (const char* axis : {"dp", "tp", "pp"})
-      o.ranks *= int(parse_number(job_setting(o.command, axis, "1"), str_cat("the job's --", axis)));
+      ranks *= parse_number(job_setting(o.command, axis, "1"), str_cat("the job's --", axis));
+    TESSERA_CHECK(ranks >= 1 && ranks <= kMaxLaunchRanks, "tessera launch: the job's --dp x ",
+                  "--tp x --pp is ", ranks, "; one supervisor watches 1 to ", kMaxLaunchRanks,
+                  " ranks");
+    o.ranks = int(ranks);
   }
-  TESSERA_CHECK(o.ranks >= 1, "tessera launch: --ranks must be >= 1, got ", o.ranks);
+  TESSERA_CHECK(o.ranks >= 1 && o.ranks <= kMaxLaunchRanks, "tessera launch: --ranks must be in ",
+                "[1, ", kMaxLaunchRanks, "], got ", o.ranks);
   // One process has no collectives (and train refuses --comm-timeout there): no order to keep.
   if (o.ranks > 1) {
     const double comm_timeout =

@@ -25,6 +25,11 @@
 
 namespace tessera::cli {
 
+// The most ranks one supervisor watches: 2^20, past the largest jobs run (tens of thousands of
+// GPUs). Each poll reads every rank's heartbeat file: --ranks 10^8 held 13.6 GiB ten minutes
+// on, and did not stop on SIGTERM.
+inline constexpr int kMaxLaunchRanks = 1 << 20;
+
 struct LaunchOptions {
   std::vector<std::string> command;  // the job: argv of a launcher or of tessera train itself
   std::string run_dir;               // "": the command's --run-dir

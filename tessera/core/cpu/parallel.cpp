@@ -7,7 +7,8 @@
 namespace tessera {
 
 void set_num_threads(int n) {
-  TESSERA_CHECK(n >= 1, "set_num_threads: expected at least 1 thread, got ", n);
+  TESSERA_CHECK(n >= 1 && n <= kMaxThreads, "set_num_threads: expected 1 to ", kMaxThreads,
+                " threads, got ", n);
   omp_set_num_threads(n);
   Eigen::setNbThreads(n);
 }

@@ -30,7 +30,8 @@ struct LoadedModel {
 
 // What `spec` is; throws naming the path when it is none of the four.
 ModelSourceKind detect_model_source(const std::string& spec);
-// Builds the model and loads its weights. n_head applies to HF files without a config.json.
+// Builds the model and loads its weights. n_head applies to HF GPT-2 weights only (those
+// without a config.json need it); any other source refuses it, since it records its heads.
 // With `tp`, builds this rank's tensor-parallel part and loads its slices of the full weights
 // (no communication); a config whose heads or MLP width tp does not divide throws naming them.
 LoadedModel load_model(const std::string& spec, int64_t n_head = 0,
