@@ -67,7 +67,7 @@ std::string format_plan_table(const PlanRequest& r, const PlanResult& result, in
                                             fixed(100 * c.mfu, 1) + "%",
                                             fixed(c.tflops_per_gpu, c.tflops_per_gpu < 10 ? 2 : 0),
                                             short_number(c.tokens_per_s),
-                                            tokens ? fixed(c.days, 1) : "-",
+                                            tokens ? detail::fixed_or_small(c.days, 1) : "-",
                                             tokens ? short_number(c.gpu_hours) : "-",
                                             tokens ? short_number(c.cost_usd) : "-"};
     std::string row;
@@ -95,8 +95,8 @@ std::string format_checkpoints(const CheckpointPlan& p, double days) {
       fixed(e.lost_per_failure_s / 60, 1), " min lost per failure, goodput ",
       fixed(100 * e.goodput, 1), "%");
   if (days > 0)
-    s += str_cat(", ", fixed(e.failures, 0), " failures expected over the ", fixed(days, 0),
-                 " days");
+    s += str_cat(", ", detail::fixed_or_small(e.failures, 0), " failures expected over the ",
+                 detail::fixed_or_small(days, 0), " days");
   return s;
 }
 

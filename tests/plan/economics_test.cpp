@@ -124,5 +124,19 @@ TEST(Economics, HugeFiguresPrintAsSignificantDigits) {
   EXPECT_EQ(detail::fixed(2.5e15, 1), "2.5e+15");
 }
 
+// A run shorter than a day: its days and expected failures keep their digits. gpt2-d12 on 1B
+// tokens and 8 H100s printed "0 failures expected over the 0 days" and 0.0 days a row.
+TEST(Economics, ShortRunsKeepTheirDigits) {
+  const CheckpointPlan p = plan_checkpoints(int64_t(124e6), 1, 0.00391 * 86400, CheckpointInputs{});
+  const std::string line = format_checkpoints(p, 0.00391);
+  EXPECT_NE(line.find(detail::significant(p.economics.failures) + " failures expected over the "
+                                                                  "0.00391 days"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(detail::fixed_or_small(0.00391, 1), "0.00391");
+  EXPECT_EQ(detail::fixed_or_small(0, 1), "0.0");
+  EXPECT_EQ(detail::fixed_or_small(34.04, 1), "34.0");
+}
+
 }  // namespace
 }  // namespace tessera::plan

@@ -5,7 +5,8 @@
 #   refusals   bad input gets one line on stderr and a non-zero exit: an unknown GPU or model,
 #              a model that fits nowhere, a size that is not one, a batch given twice or not
 #              a whole number of sequences, heads that do not divide the width or each other,
-#              --rank-by other than time or cost;
+#              --rank-by other than time or cost, sizes below 1, flags that cannot apply
+#              (--validate or --calibrate alone with a plan's flags, --offload under ZeRO 0);
 #   calibrate  (with MPIEXEC) a dp2 run of `tessera train` on this CPU, then --calibrate: the
 #              run's model states equal the plan's to the byte, a GPU type cannot apply to a
 #              CPU run, and a plan on the calibrated CPU ranks layouts.
@@ -54,6 +55,19 @@ refused "the node failure rate (per node and day) must be in [0, 100], got 1e+30
 refused "the price per GPU-hour must be in [0, 10000] USD, got -5" --model gpt2-d12 --price -5
 refused "--batch-tokens 1e300 is more than 2^30 sequences of 1024 tokens" --model gpt2-d12 \
   --batch-tokens 1e300
+# Sizes out of range and flags that cannot apply: each was searched or printed as if not given.
+refused "--tp must be at least 1 (leave it out for every size), got -1" --model gpt2-d12 --tp -1
+refused "--seq-len must be at least 1 (leave it out for the model's context, at most 4096), got -5" \
+  --model gpt2-d12 --seq-len -5
+refused "--top must be at least 1 (leave it out for 10 rows), got 0" --model gpt2-d12 --top 0
+refused "--offload moves the sharded optimizer to the host, so it needs ZeRO 1-3" \
+  --model gpt2-d12 --offload --zero 0
+refused "--tokens must be positive" --model gpt2-d12 --tokens 0
+refused "--model does not apply to --validate" --validate --model gpt2-d12
+refused "--gpus applies to a plan, and --calibrate without --model prints the calibration alone" \
+  --calibrate "$dir" --gpus 8
+out=$("$tessera" plan --model gpt2-d12 --gpus 8 --gpu h100 --tokens 1B) || fail "a short run: $out"
+echo "$out" | grep -Eq "failures expected over the 0\.00[0-9]+ days$" || fail "a short run's days: $out"
 echo "plan_cli_test: plan, json, svg and refusals"
 
 [ -n "$mpiexec" ] || exit 0

@@ -8,6 +8,7 @@
 // Sizes take K, M, B (or G) and T suffixes, powers of 1000 (--tokens 300B), or Ki, Mi, Gi, Ti,
 // powers of 1024 (--batch-tokens 4Mi, 2^22 tokens).
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 #include "cli/commands.h"
 #include "tessera/core/error.h"
@@ -53,6 +55,7 @@ struct PlanFlags {
   CLI::Option* gpu_option = nullptr;  // to tell a given --gpu from the default
   CLI::Option* precision_option = nullptr;
   CLI::Option* reserve_option = nullptr;
+  const CLI::App* command = nullptr;  // to tell which flags were given
 };
 
 // "300B" -> 3e11; "4M" -> 4e6; "2048" -> 2048. Throws naming the flag.
@@ -106,6 +109,65 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
+// The first flag given on the command line that is not one of `allowed`, or "".
+std::string given_besides(const PlanFlags& f, std::initializer_list<std::string_view> allowed) {
+  for (const CLI::Option* o : f.command->get_options()) {
+    if (o->count() == 0) continue;
+    const std::string name = o->get_name(/*positional=*/false, /*all_options=*/false);
+    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) return name;
+  }
+  return "";
+}
+
+// Flags that cannot apply to what was asked, and sizes given out of range, before any search.
+// Before, --validate ignored every model and cluster flag, --tp -1 or --seq-len -5 searched as
+// if not given, --offload under --zero 0 tried no offloaded layout, and --top 0 printed a
+// table header and no row.
+void check_plan_flags(const PlanFlags& f) {
+  if (f.validate) {
+    const std::string other = given_besides(f, {"--validate", "--gpu-table"});
+    TESSERA_CHECK(other.empty(), "plan: ", other, " does not apply to --validate (it prints the ",
+                  "published runs' report; only --gpu-table changes it)");
+    return;
+  }
+  if (!f.calibrate.empty() && f.model.empty()) {
+    const std::string other = given_besides(f, {"--calibrate", "--gpu", "--gpu-table"});
+    TESSERA_CHECK(other.empty(), "plan: ", other, " applies to a plan, and --calibrate without ",
+                  "--model prints the calibration alone; add --model to plan on it");
+    return;
+  }
+  struct Size {
+    const char* flag;
+    int64_t value;
+    const char* otherwise;  // what leaving it out means
+  };
+  const char* model = "the model's";
+  const char* every = "every size";
+  const Size sizes[] = {{"--layers", f.layers, model},
+                        {"--hidden", f.hidden, model},
+                        {"--heads", f.heads, model},
+                        {"--kv-heads", f.kv_heads, model},
+                        {"--ffn", f.ffn, model},
+                        {"--vocab", f.vocab, model},
+                        {"--seq-len", f.seq_len, "the model's context, at most 4096"},
+                        {"--global-batch", f.global_batch, "4M tokens"},
+                        {"--tp", f.tp, every},
+                        {"--pp", f.pp, every},
+                        {"--dp", f.dp, every},
+                        {"--virtual-stages", f.virtual_stages, every},
+                        {"--micro-batch", f.micro_batch, every},
+                        {"--gpus-per-node", f.gpus_per_node, "the GPU table's"},
+                        {"--top", f.top, "10 rows"}};
+  for (const Size& s : sizes)
+    TESSERA_CHECK(f.command->get_option(s.flag)->count() == 0 || s.value >= 1, "plan: ", s.flag,
+                  " must be at least 1 (leave it out for ", s.otherwise, "), got ", s.value);
+  TESSERA_CHECK(!f.offload || f.zero != 0, "plan: --offload moves the sharded optimizer to the ",
+                "host, so it needs ZeRO 1-3; --zero 0 leaves no layout to offload");
+  TESSERA_CHECK(f.tokens.empty() || parse_size(f.tokens, "--tokens") > 0,
+                "plan: --tokens must be positive (leave it out for no days or cost), got ",
+                f.tokens);
+}
+
 plan::Workload workload_of(const PlanFlags& f) {
   TESSERA_CHECK(!f.model.empty(), "plan: --model is required (a preset or a config.json)");
   plan::Workload w;
@@ -146,6 +208,7 @@ plan::Workload workload_of(const PlanFlags& f) {
 }
 
 void run_plan(const PlanFlags& f) {
+  check_plan_flags(f);
   if (f.validate) {
     std::cout << plan::format_validation(plan::validate_published_runs(
         f.gpu_table.empty() ? plan::GpuTable::builtin() : plan::GpuTable::load(f.gpu_table)));
@@ -322,6 +385,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--validate", f->validate,
                 "print the planner against Narayanan et al. 2021's tables and DeepSpeed's ZeRO-3 "
                 "estimator (docs/planning.md)");
+  f->command = cmd;
   cmd->callback([f] { run_plan(*f); });
 }
 

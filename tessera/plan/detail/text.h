@@ -28,6 +28,12 @@ inline std::string fixed(double v, int digits) {
   return b;
 }
 
+// As fixed, but a value between 0 and 1 gets three significant digits: a six-minute run is
+// 0.00417 days, not 0.0.
+inline std::string fixed_or_small(double v, int digits) {
+  return v != 0 && std::fabs(v) < 1 ? significant(v) : fixed(v, digits);
+}
+
 // Throws "<what> must be in [lo, hi] <unit>, got v" unless v is finite and in range: every
 // figure a plan takes has such a range (docs/planning.md lists them).
 inline void check_in_range(double v, double lo, double hi, const std::string& what,
