@@ -199,6 +199,15 @@ TEST(FlightRecorderN1, TheMergeNamesTheRankThatNeverJoinedAndWhereItIs) {
   const FlightDiagnosis three = diagnose_flight(dumps, 3);
   EXPECT_EQ(three.verdicts.front(),
             "rank 2 left no dump (it died, or did not dump within the dump window)");
+  // A world that cannot hold the dumps: refused, not read as "from the dumps" or used as is.
+  EXPECT_NE(tessera::testing::error_of([&] {
+              diagnose_flight(dumps, -1);
+            }).find("diagnose: the world size must be in [1, 2^24] (0: from the dumps), got -1"),
+            std::string::npos);
+  EXPECT_NE(tessera::testing::error_of([&] {
+              diagnose_flight(dumps, 1);
+            }).find("diagnose: 1 is rank 1, outside a world of 1 ranks"),
+            std::string::npos);
 }
 
 TEST(FlightRecorderN1, ByteTextUsesDecimalUnits) {

@@ -491,8 +491,15 @@ std::vector<FlightDump> read_flight_dumps(const std::string& dir) {
 }
 
 FlightDiagnosis diagnose_flight(const std::vector<FlightDump>& dumps, int world_size) {
+  // A dump's group holds at most 2^24 ranks (parse_flight_dump), and so does a world. Before,
+  // a negative size was taken as "from the dumps", and one below a dumped rank was used as is.
+  TESSERA_CHECK(world_size >= 0 && world_size <= (1 << 24), "diagnose: the world size must be ",
+                "in [1, 2^24] (0: from the dumps), got ", world_size);
+  for (const FlightDump& d : dumps)
+    TESSERA_CHECK(world_size == 0 || d.rank < world_size, "diagnose: ", d.source, " is rank ",
+                  d.rank, ", outside a world of ", world_size, " ranks");
   // Unless told: the largest group no split made (a world), or the highest rank that dumped.
-  if (world_size <= 0)
+  if (world_size == 0)
     for (const FlightDump& d : dumps) {
       world_size = std::max(world_size, d.rank + 1);
       for (const FlightDumpGroup& g : d.groups)
