@@ -48,34 +48,27 @@ sim=$("$tessera" generate "${greedy[@]}" --prompt "line 1" --device cuda-sim 2>/
   fail "--device cuda-sim"
 [ "$sim" = "$full" ] || fail "cuda-sim gives '$sim', the CPU '$full'"
 
-refused() {  # refused "what it must say" args...
+refused() {  # refused "what it must say" subcommand args...
   local says=$1 err
   shift
-  if err=$("$tessera" generate "$@" 2>&1 >/dev/null); then fail "accepted: $*"; fi
+  if err=$("$tessera" "$@" 2>&1 >/dev/null); then fail "accepted: $*"; fi
   [ "$(echo "$err" | wc -l)" = 1 ] || fail "more than one line for $*: $err"
   echo "$err" | grep -qF -- "$says" || fail "for $* expected '$says', got: $err"
 }
-refused "--stop must not be empty" --model run --prompt x --stop ""
-refused "--device cuda-sim with --tp 2 is not supported" --model run --prompt x --device cuda-sim --tp 2
-refused "--device must be cpu, cuda or cuda-sim, got 'tpu'" --model run --prompt x --device tpu
+refused "--stop must not be empty" generate --model run --prompt x --stop ""
+refused "--device cuda-sim with --tp 2 is not supported" generate --model run --prompt x --device cuda-sim --tp 2
+refused "--device must be cpu, cuda or cuda-sim, got 'tpu'" generate --model run --prompt x --device tpu
 # Sizes out of range and flags nothing reads. --threads 100000 crashed in libgomp (SIGSEGV); the
 # others were ignored: --num-samples 0 printed nothing and exited 0, --n-head 3 on a run that
 # records its heads, --num-samples beside --prompts-file.
-refused "--threads must be in [0, 1024] (0: all), got 100000" --model run --threads 100000
-refused "--num-samples must be positive, got 0" --model run --num-samples 0
-refused "is a Tessera run or checkpoint, whose state.json gives its heads: --n-head applies to Hugging Face GPT-2 weights only" --model run --n-head 3
-refused "--num-samples does not apply with --prompts-file" --model run --prompts-file prompts.txt --num-samples 2
-refused "--prompt does not apply with --prompts-file" --model run --prompts-file prompts.txt --prompt hi
+refused "--threads must be in [0, 1024] (0: all), got 100000" generate --model run --threads 100000
+refused "--num-samples must be positive, got 0" generate --model run --num-samples 0
+refused "is a Tessera run or checkpoint, whose state.json gives its heads: --n-head applies to Hugging Face GPT-2 weights only" generate --model run --n-head 3
+refused "--num-samples does not apply with --prompts-file" generate --model run --prompts-file prompts.txt --num-samples 2
+refused "--prompt does not apply with --prompts-file" generate --model run --prompts-file prompts.txt --prompt hi
 # ckpt: --bf16 is llm.c's, --eval-batches sizes a measurement on --eval-data.
-ckpt_refused() {  # ckpt_refused "what it must say" args...
-  local says=$1 err
-  shift
-  if err=$("$tessera" ckpt "$@" 2>&1 >/dev/null); then fail "accepted: ckpt $*"; fi
-  [ "$(echo "$err" | wc -l)" = 1 ] || fail "more than one line for ckpt $*: $err"
-  echo "$err" | grep -qF -- "$says" || fail "for ckpt $* expected '$says', got: $err"
-}
-ckpt_refused "--bf16 applies to --to llmc only" convert run --to hf --output hf --bf16
-ckpt_refused "--n-head applies to Hugging Face GPT-2 weights only" inspect run --n-head 3
-ckpt_refused "--eval-batches sizes the loss measured on --eval-data, which is not given" quantize run --to int8 --output q --eval-batches 5
+refused "--bf16 applies to --to llmc only" ckpt convert run --to hf --output hf --bf16
+refused "--n-head applies to Hugging Face GPT-2 weights only" ckpt inspect run --n-head 3
+refused "--eval-batches sizes the loss measured on --eval-data, which is not given" ckpt quantize run --to int8 --output q --eval-batches 5
 [ ! -e hf ] && [ ! -e q ] || fail "a refused ckpt command wrote its output"
 echo "generate_cli_test: --stop, --prompts-file (batched = alone), --device cuda-sim (= CPU), refusals (generate and ckpt)"
