@@ -24,6 +24,25 @@ void check_resumable(const TrainOptions& now, const nlohmann::json& saved) {
   }
 }
 
+// --init-from: the weights give the model. Of the overrides only dropout applies (weights do
+// not record it); any other key must say what the weights say, and a preset is refused. Before,
+// both were dropped without a word: --init-from gpt2 --model '{"n_layer": 6}' trained 12.
+nn::GPTConfig imported_with_overrides(const TrainOptions& o, const nn::GPTConfig& imported) {
+  TESSERA_CHECK(o.preset == TrainOptions().preset, "train: --preset ", o.preset,
+                " does not apply with --init-from ", o.init_from, ", whose weights give the model");
+  const nn::GPTConfig c = nn::GPTConfig::from_json(o.model_overrides, imported);
+  const nlohmann::json was = imported.to_json(), now = c.to_json();
+  auto field = [](const nlohmann::json& j, const std::string& key) {
+    return j.contains(key) ? j.at(key) : nlohmann::json();  // "quantization" only when set
+  };
+  for (const auto& [key, value] : o.model_overrides.items())
+    TESSERA_CHECK(key == "dropout" || field(now, key) == field(was, key), "train: --model's ", key,
+                  " ", value.dump(), " does not apply with --init-from ", o.init_from,
+                  ", whose weights give ", key, " ", field(was, key).dump(),
+                  " (only dropout may be set)");
+  return c;
+}
+
 }  // namespace
 
 std::string precision_banner(const TrainOptions& o) {
@@ -84,7 +103,9 @@ nn::GPTConfig resolve_config(const TrainOptions& o, const data::Tokenizer& token
                   resume->data.step, " has no model_config in its state.json");
     c = nn::GPTConfig::from_json(resume->data.state["model_config"]);
   } else if (!o.init_from.empty()) {
-    *imported = import_weights(o.init_from, &c);
+    nn::GPTConfig weights;
+    *imported = import_weights(o.init_from, &weights);
+    c = imported_with_overrides(o, weights);
   } else {
     c = o.model_config();
     if (!o.model_overrides.contains("vocab_size")) c.vocab_size = tokenizer.vocab_size();

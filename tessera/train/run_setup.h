@@ -64,7 +64,9 @@ std::optional<ResumePoint> find_resume(const TrainOptions& o);
 std::string describe_skipped(const ResumePoint& resume);
 
 // The model config: a resumed run's comes from its checkpoint; otherwise from imported weights
-// (into *imported), or the preset with overrides, whose vocabulary defaults to the tokenizer's.
+// (into *imported; of the overrides only dropout applies, and one that contradicts the weights
+// or a preset throws), or the preset with overrides, whose vocabulary defaults to the
+// tokenizer's.
 // Checks the tokenizer and --seq-len against it.
 nn::GPTConfig resolve_config(const TrainOptions& o, const data::Tokenizer& tokenizer,
                              const ResumePoint* resume, nn::StateDict* imported);

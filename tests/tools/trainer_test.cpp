@@ -2,11 +2,13 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "support/error_of.h"
 #include "tessera/core/threads.h"
 #include "tessera/cuda/cuda.h"
+#include "tessera/nn/io/hf_gpt2.h"
 #include "tessera/train/metrics.h"
 #include "tessera/train/trainer.h"
 #include "tools/tools_test_util.h"
@@ -332,6 +334,54 @@ TEST(Trainer, OptionsNothingReadsAreRefused) {
   from_file.update_from_json(TrainOptions().to_config_file());
   from_file.train_data = "x.bin";
   from_file.validate();
+}
+
+// --init-from: a run starts at the imported weights, bit for bit, with the weights' shape and
+// the dropout asked for; a preset or an override the weights contradict is refused (both were
+// dropped without a word: an n_layer override trained the weights' layer count).
+TEST(Trainer, InitFromStartsAtTheImportedWeights) {
+  ScratchDir dir;
+  write_corpus_shards(dir);
+  std::ostringstream quiet;
+  TrainOptions src = tiny_options(dir, "src");
+  src.max_steps = 3;  // past the 2 warm-up steps
+  Trainer source(src);
+  source.fit(&quiet);
+  const nn::StateDict exported = source.full_state();
+  nn::export_hf_gpt2(dir / "hf", exported, source.model_config(), -1);
+
+  TrainOptions o = tiny_options(dir, "init");
+  o.init_from = dir / "hf";
+  o.model_overrides = {{"dropout", 0.2}, {"n_layer", 2}};  // n_layer: what the weights say
+  Trainer imported(o);
+  EXPECT_EQ(imported.model_config().n_layer, 2);
+  EXPECT_EQ(imported.model_config().n_embd, 32);
+  EXPECT_EQ(imported.model_config().dropout, 0.2);  // HF weights record none: 0 without it
+  const nn::StateDict state = imported.full_state();
+  const std::map<std::string, Tensor> start(state.begin(), state.end());
+  ASSERT_EQ(start.size(), exported.size());
+  const int64_t vocab = source.model_config().vocab_size;  // the padding rows are not exported
+  for (const auto& [name, t] : exported) {
+    ASSERT_TRUE(start.count(name)) << name;
+    const bool rows = t.dim() == 2 && t.size(0) == source.model_config().padded_vocab_size();
+    auto values = [&](const Tensor& x) {
+      return to_vector<float>(ops::contiguous(rows ? ops::narrow(x, 0, 0, vocab) : x));
+    };
+    EXPECT_EQ(values(start.at(name)), values(t)) << name;
+  }
+
+  using tessera::testing::error_of;
+  o.model_overrides = {{"n_layer", 6}};
+  EXPECT_NE(error_of([&] { Trainer{o}; })
+                .find("train: --model's n_layer 6 does not apply with --init-from " + o.init_from +
+                      ", whose weights give n_layer 2 (only dropout may be set)"),
+            std::string::npos);
+  o.model_overrides = nlohmann::json::object();
+  o.preset = "gpt2-d12";
+  EXPECT_NE(error_of([&] {
+              Trainer{o};
+            }).find("train: --preset gpt2-d12 does not apply with --init-from"),
+            std::string::npos);
 }
 
 TEST(Trainer, ThreadsBeyondAnyMachineAreRefused) {
