@@ -103,8 +103,8 @@ void read_value(const nlohmann::json& v, const std::string& key, T& out) {
 
 // Options that only some settings read. One set away from its default where nothing reads it
 // is refused, naming what it needs and what the run has: before, --momentum under AdamW or
-// --loss-scale-init under fp32 trained as if it were not there. A config file of a run
-// carries every field at its default, which passes.
+// --loss-scale-init under fp32 trained as if it were not there. A run's own config.json holds
+// every field, those the run does not read at their defaults, so it passes.
 void refuse_options_nothing_reads(const TrainOptions& o) {
   const TrainOptions d;
   struct Rule {
