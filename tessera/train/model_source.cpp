@@ -105,13 +105,13 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
   LoadedModel out;
   out.kind = detect_model_source(spec);
   out.path = spec;
-  check_n_head_applies(out.kind, spec, n_head);
   if (out.kind == ModelSourceKind::hf_gpt2 || out.kind == ModelSourceKind::hf_llama ||
       out.kind == ModelSourceKind::llmc) {
-    nn::StateDict weights = import_weights(spec, &out.config, n_head);
+    nn::StateDict weights = import_weights(spec, &out.config, n_head);  // checks n_head
     out.model = build_model(out.config, weights, tp);
     return out;
   }
+  check_n_head_applies(out.kind, spec, n_head);  // a run or checkpoint: refused unless 0
   if (out.kind == ModelSourceKind::run_dir) {
     std::optional<std::string> latest = nn::find_latest_checkpoint(spec);
     TESSERA_CHECK(latest.has_value(), "model: run directory ", spec, " has no checkpoint yet");
