@@ -136,8 +136,10 @@ void refuse_options_nothing_reads(const TrainOptions& o) {
        "--sample-tokens > 0", sampling},
       {"sample-temperature", o.sample_temperature != d.sample_temperature, o.sample_tokens > 0,
        "--sample-tokens > 0", sampling},
-      {"sample-top-k", o.sample_top_k != d.sample_top_k, o.sample_tokens > 0, "--sample-tokens > 0",
-       sampling},
+      {"sample-top-k", o.sample_top_k != d.sample_top_k,
+       o.sample_tokens > 0 && o.sample_temperature > 0,
+       "--sample-tokens > 0 and --sample-temperature > 0",
+       o.sample_tokens > 0 ? "--sample-temperature 0 (greedy)" : sampling},
       {"num-samples", o.num_samples != d.num_samples, o.sample_tokens > 0, "--sample-tokens > 0",
        sampling},
   };

@@ -74,7 +74,7 @@ struct TrainOptions {
   double loss_scale_init = 65536;    // fp16: the first dynamic loss scale
   int64_t loss_scale_window = 2000;  // fp16: clean steps before the loss scale doubles
   bool stochastic_rounding = false;  // bf16: round master -> compute weights stochastically
-  double peak_gflops = 0;            // for MFU; 0: this CPU's nominal fp32 peak
+  double peak_gflops = 0;            // one rank's peak for MFU; 0: this CPU's nominal fp32 peak
 
   // Parallel layout (tessera/parallel/engine, docs/parallelism.md). All at 1 / 0 / off, in one
   // process: the single-process trainer. Otherwise run under mpiexec with dp * tp * pp ranks.

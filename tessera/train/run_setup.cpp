@@ -22,6 +22,45 @@ void check_resumable(const TrainOptions& now, const nlohmann::json& saved) {
                   ", now: ", now.to_json()[key].dump(),
                   "); use another --run-dir or --resume never");
   }
+  // The checkpoint's weights replace those of --init-from; given, it must be the run's own.
+  const std::string started = saved.value("init_from", std::string());
+  auto same_place = [](const std::string& a, const std::string& b) {
+    std::error_code ea, eb;  // another spelling of the same path is the same weights
+    return a == b ||
+           (!b.empty() &&
+            std::filesystem::weakly_canonical(a, ea) == std::filesystem::weakly_canonical(b, eb) &&
+            !ea && !eb);
+  };
+  TESSERA_CHECK(now.init_from.empty() || same_place(now.init_from, started), "train: --init-from ",
+                now.init_from, " does not apply: the checkpoint resumed continues a run that ",
+                started.empty() ? std::string("started from scratch") : "started from " + started,
+                "; use another --run-dir or --resume never");
+}
+
+// Each of `keys` must say in `wanted` what it says in `has`, the config that `source` gives;
+// dropout is exempt, since neither weights nor a checkpoint fix it. A model flag that
+// contradicts the weights a run starts from would otherwise be dropped without a word.
+void check_model_agrees(const nlohmann::json& wanted, const nlohmann::json& has,
+                        const std::vector<std::string>& keys, const std::string& flag,
+                        const std::string& source) {
+  auto field = [](const nlohmann::json& j, const std::string& key) {
+    return j.contains(key) ? j.at(key) : nlohmann::json();  // "quantization" only when set
+  };
+  std::string gives, holds;  // every key that differs, so one run of the command shows them all
+  for (const std::string& key : keys) {
+    if (key == "dropout" || field(wanted, key) == field(has, key)) continue;
+    const char* comma = gives.empty() ? "" : ", ";
+    gives += str_cat(comma, key, " ", field(wanted, key).dump());
+    holds += str_cat(comma, key, " ", field(has, key).dump());
+  }
+  TESSERA_CHECK(gives.empty(), "train: ", flag, " gives ", gives, "; ", source, " has ", holds,
+                " (only dropout may differ)");
+}
+
+std::vector<std::string> keys_of(const nlohmann::json& j) {
+  std::vector<std::string> keys;
+  for (const auto& item : j.items()) keys.push_back(item.key());
+  return keys;
 }
 
 // --init-from: the weights give the model. Of the overrides only dropout applies (weights do
@@ -31,15 +70,33 @@ nn::GPTConfig imported_with_overrides(const TrainOptions& o, const nn::GPTConfig
   TESSERA_CHECK(o.preset == TrainOptions().preset, "train: --preset ", o.preset,
                 " does not apply with --init-from ", o.init_from, ", whose weights give the model");
   const nn::GPTConfig c = nn::GPTConfig::from_json(o.model_overrides, imported);
-  const nlohmann::json was = imported.to_json(), now = c.to_json();
-  auto field = [](const nlohmann::json& j, const std::string& key) {
-    return j.contains(key) ? j.at(key) : nlohmann::json();  // "quantization" only when set
-  };
-  for (const auto& [key, value] : o.model_overrides.items())
-    TESSERA_CHECK(key == "dropout" || field(now, key) == field(was, key), "train: --model's ", key,
-                  " ", value.dump(), " does not apply with --init-from ", o.init_from,
-                  ", whose weights give ", key, " ", field(was, key).dump(),
-                  " (only dropout may be set)");
+  check_model_agrees(c.to_json(), imported.to_json(), keys_of(o.model_overrides), "--model",
+                     "--init-from " + o.init_from);
+  return c;
+}
+
+// Resuming: the checkpoint gives the model. A --preset given (not the default) must describe
+// it whole, vocab_size from the tokenizer as a fresh run takes it, and each --model key must
+// agree; dropout alone may change. Before, both were dropped without a word: resuming a
+// 2-layer run with --model '{"n_layer": 3}' trained 2 layers.
+nn::GPTConfig resumed_with_overrides(const TrainOptions& o, const data::Tokenizer& tokenizer,
+                                     const ResumePoint& resume) {
+  nn::GPTConfig c = nn::GPTConfig::from_json(resume.data.state["model_config"]);
+  const nlohmann::json saved = c.to_json();  // every field, an older checkpoint's too
+  const std::string source =
+      str_cat("the checkpoint of step ", resume.data.step, " (", resume.dir, ") it resumes from");
+  if (o.preset != TrainOptions().preset) {
+    nn::GPTConfig wanted = o.model_config();
+    if (!o.model_overrides.contains("vocab_size")) wanted.vocab_size = tokenizer.vocab_size();
+    check_model_agrees(wanted.to_json(), saved, keys_of(wanted.to_json()),
+                       "--preset " + o.preset + (o.model_overrides.empty() ? "" : " with --model"),
+                       source);
+  } else {
+    check_model_agrees(nn::GPTConfig::from_json(o.model_overrides, c).to_json(), saved,
+                       keys_of(o.model_overrides), "--model", source);
+  }
+  if (o.model_overrides.contains("dropout"))
+    c = nn::GPTConfig::from_json({{"dropout", o.model_overrides["dropout"]}}, c);
   return c;
 }
 
@@ -101,7 +158,7 @@ nn::GPTConfig resolve_config(const TrainOptions& o, const data::Tokenizer& token
   if (resume != nullptr) {
     TESSERA_CHECK(resume->data.state.contains("model_config"), "train: checkpoint of step ",
                   resume->data.step, " has no model_config in its state.json");
-    c = nn::GPTConfig::from_json(resume->data.state["model_config"]);
+    c = resumed_with_overrides(o, tokenizer, *resume);
   } else if (!o.init_from.empty()) {
     nn::GPTConfig weights;
     *imported = import_weights(o.init_from, &weights);

@@ -259,8 +259,12 @@ void Trainer::init_common() {
   tokenizer_record_ = data::tokenizer_record(o.tokenizer);
   const int threads = num_threads();
   if (o.peak_gflops > 0) {
-    peak_gflops_ = o.peak_gflops;
+    // One rank's peak (one GPU's): the step's FLOPs are the job's, so the peak is all ranks'.
+    // Before, N ranks read N times their MFU.
+    peak_gflops_ = o.peak_gflops * world_->size();
     peak_text_ = str_cat(o.peak_gflops, " GFLOP/s (--peak-gflops)");
+    if (world_->size() > 1)
+      peak_text_ += str_cat(" per rank x ", world_->size(), " ranks = ", peak_gflops_, " GFLOP/s");
   } else if (!device_.is_cpu()) {
     // No table of GPU peaks here: the user states the one for the GPU and the precision.
     peak_text_ = "none stated: pass --peak-gflops (the GPU's dense peak) for MFU on cuda";
@@ -495,6 +499,7 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
   };
   beat("setup");
   const auto fit_start = std::chrono::steady_clock::now();
+  bool mfu_warned = false;
   while (!done()) {
     StepMetrics m = step();
     beat("step");
@@ -507,6 +512,15 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
         *out << m.console_line(o.max_steps) << "\n";
       if (out != nullptr)
         for (const std::string& line : m.stragglers) *out << line << "\n";
+      // Past 100% the stated peak is wrong, not the run: said once rather than shown as fact.
+      if (out != nullptr && m.mfu > 1 && !mfu_warned) {
+        mfu_warned = true;
+        *out << "warning: step " << m.step << " ran at " << std::setprecision(4)
+             << m.mfu * peak_gflops_ << " GFLOP/s, " << 100 * m.mfu << "% of the peak of "
+             << peak_text_ << "; MFU above 100% means that peak is too low (--peak-gflops is "
+             << "one rank's dense peak for the precision)\n"
+             << std::setprecision(6);
+      }
       if (live) {
         const double elapsed = seconds_since(fit_start);
         const double per_step = elapsed / double(m.step - result.start_step);

@@ -122,6 +122,25 @@ TEST(Cli, LaunchRefusesSizesNoJobHas) {
           "the job's --dp x --tp x --pp is 1e+10; one supervisor watches 1 to 1048576 ranks");
 }
 
+// tessera schedule dry-runs a schedule and reports it sound; a tied embedding on one stage,
+// which make_schedule drops (both ends share the rank), is refused in one line rather than
+// drawn as if it applied.
+TEST(Cli, ScheduleDryRunsAndRefusesATieOnOneStage) {
+  ScratchDir dir;
+  const Result ok = run_cli({"schedule", "--schedule", "1f1b", "--stages", "2", "--microbatches",
+                             "4", "--tied-embedding", "--actions"},
+                            dir);
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_NE(ok.out.find(": sound"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("[all_reduce_tied]"), std::string::npos) << ok.out;
+  const Result one = run_cli({"schedule", "--stages", "1", "--tied-embedding"}, dir, "one");
+  EXPECT_EQ(one.code, 1);
+  EXPECT_EQ(count_lines(one.err), 1) << one.err;
+  EXPECT_NE(one.err.find("schedule: --tied-embedding applies to 2 or more --stages"),
+            std::string::npos)
+      << one.err;
+}
+
 // --device cuda-sim: the CUDA backend on the kernel simulator, selected from the command line,
 // trains as the CPU does. fp32 on both from the same weights and batches: the kernels sum in
 // other orders (f32 round-off ~1e-7 relative per sum), which three steps at lr 3e-3 keep

@@ -66,6 +66,8 @@ refused "--num-samples must be positive, got 0" generate --model run --num-sampl
 refused "is a Tessera run or checkpoint, whose state.json gives its heads: --n-head applies to Hugging Face GPT-2 weights only" generate --model run --n-head 3
 refused "--num-samples does not apply with --prompts-file" generate --model run --prompts-file prompts.txt --num-samples 2
 refused "--prompt does not apply with --prompts-file" generate --model run --prompts-file prompts.txt --prompt hi
+refused "--top-k does not apply with --temperature 0, which takes the most likely token" generate --model run --temperature 0 --top-k 5
+refused "--top-p does not apply with --temperature 0" generate --model run --temperature 0 --top-p 0.9
 # ckpt: --bf16 is llm.c's, --eval-batches sizes a measurement on --eval-data.
 refused "--bf16 applies to --to llmc only" ckpt convert run --to hf --output hf --bf16
 refused "--n-head applies to Hugging Face GPT-2 weights only" ckpt inspect run --n-head 3

@@ -2,7 +2,7 @@
 # `mpiexec -n N tessera train --dp/--tp/--pp ...` end to end, against one process:
 #   1. the per-step losses of dp2 x tp2 (ZeRO-2, sequence parallel) and of tp2 x pp2 (1F1B,
 #      2 micro-batches) equal those of `mpiexec -n 1 tessera train` with the same flags minus
-#      the layout, within relative 1e-5;
+#      the layout, within relative 1e-5; dp2 x tp2's MFU is over 4 times --peak-gflops;
 #   2. with --val-data, dp2 x tp2 prints and logs the validation losses of one process, within
 #      relative 1e-5;
 #   3. a dp2 x tp2 checkpoint (sharded: each of the 4 ranks wrote its part) resumes under
@@ -62,8 +62,11 @@ compare() {  # compare <name> <reference run dir> <run dir> [<field> <count>]
 # does; the 1e-5 above covers it: a forward pass regroups fewer sums than a training step).
 val=(--val-data "$dir/data/data_val_*.bin" --eval-every 2 --eval-batches 3)
 
-"$mpiexec" "$np" 1 "$tessera" train "${common[@]}" "${val[@]}" --max-steps 4 --run-dir "$dir/ref" \
-  >"$dir/ref.log"
+# --peak-gflops is one rank's peak: 4 ranks hold 4 times it, so for the same FLOPs per token
+# MFU / (tokens/s) is a quarter of one process's (it was equal: 4 ranks read 4 times their MFU).
+peak=(--peak-gflops 1000)
+"$mpiexec" "$np" 1 "$tessera" train "${common[@]}" "${val[@]}" "${peak[@]}" --max-steps 4 \
+  --run-dir "$dir/ref" >"$dir/ref.log"
 
 # One training engine: `mpiexec -n 1` and a plain run are the same run, bit for bit (every
 # logged loss, norm and validation loss printed alike).
@@ -87,8 +90,8 @@ for flag in "--zero 1" "--microbatches 2" "--schedule gpipe" "--virtual-stages 2
     fail "$flag on one process gave exit $code: $(cat "$dir/refused.err")"
 done
 
-"$mpiexec" "$np" 4 "$tessera" train "${common[@]}" "${val[@]}" --max-steps 4 --run-dir "$dir/dp2tp2" \
-  --dp 2 --tp 2 --zero 2 --sequence-parallel >"$dir/dp2tp2.log"
+"$mpiexec" "$np" 4 "$tessera" train "${common[@]}" "${val[@]}" "${peak[@]}" --max-steps 4 \
+  --run-dir "$dir/dp2tp2" --dp 2 --tp 2 --zero 2 --sequence-parallel >"$dir/dp2tp2.log"
 compare "dp2 x tp2, ZeRO-2, sequence parallel" "$dir/ref" "$dir/dp2tp2"
 compare "dp2 x tp2 validation loss" "$dir/ref" "$dir/dp2tp2" val_loss 2
 grep -q '^step 4/4 .* | val [0-9.]*' "$dir/dp2tp2.log" || fail "the step line lacks the val loss"
@@ -97,6 +100,15 @@ grep -q 'comm .* ms | bubble .*% | rank0 params/grads/optim/act ' "$dir/dp2tp2.l
   fail "the step line lacks the communication, bubble and memory fields"
 grep -q '"ranks":\[{"act_bytes"' "$dir/dp2tp2/metrics.jsonl" ||
   fail "metrics.jsonl lacks the per-rank fields"
+grep -q "MFU is against a peak of 1000 GFLOP/s (--peak-gflops) per rank x 4 ranks = 4000 GFLOP/s" \
+  "$dir/dp2tp2.log" || fail "the banner does not state the 4 ranks' peak"
+# Each line's MFU / (tokens/s) is FLOPs per token over the job's peak: printed with 17 digits,
+# the two runs' quotients agree to rounding, 1e-12 relative.
+paste <(losses "$dir/ref" mfu) <(losses "$dir/ref" tokens_per_s) \
+      <(losses "$dir/dp2tp2" mfu) <(losses "$dir/dp2tp2" tokens_per_s) | awk '
+  { r = ($1 / $2) / ($3 / $4) / 4; if (r < 1 - 1e-12 || r > 1 + 1e-12) bad = 1; n++ }
+  END { printf "MFU per token/s, one process over dp2 x tp2: 4 x (1 %+.1e) on %d steps\n", r - 1, n;
+        exit (bad || n != 4) }' || fail "dp2 x tp2's MFU is not over 4 ranks' peak"
 
 "$mpiexec" "$np" 4 "$tessera" train "${common[@]}" --max-steps 4 --run-dir "$dir/tp2pp2" --tp 2 --pp 2 \
   --schedule 1f1b --microbatches 2 >"$dir/tp2pp2.log"

@@ -177,6 +177,36 @@ TEST(Trainer, LossFallsAndCheckpointsHoldEverything) {
   EXPECT_NE(out.str().find("MFU is against a peak of"), std::string::npos);
 }
 
+// MFU is FLOPs over the stated peak; past 100% that peak is too low, and the run says so once
+// rather than logging an impossible figure as fact (--peak-gflops 5 had printed MFU 2000%).
+TEST(Trainer, MfuAboveTheStatedPeakIsCalledOutOnce) {
+  ScratchDir dir;
+  write_corpus_shards(dir);
+  TrainOptions o = tiny_options(dir, "run");
+  o.max_steps = 3;
+  o.checkpoint_every = 0;
+  drop_validation(o);
+  o.peak_gflops = 1e-6;  // a thousand FLOP/s: any step exceeds it
+  std::ostringstream out;
+  Trainer(o).fit(&out);
+  const std::string log = out.str();
+  const size_t first = log.find("warning: step 1 ran at ");
+  ASSERT_NE(first, std::string::npos) << log;
+  EXPECT_NE(log.find("of the peak of 1e-06 GFLOP/s (--peak-gflops); MFU above 100% means that "
+                     "peak is too low",
+                     first),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("warning: step", first + 1), std::string::npos) << log;  // once
+  for (const nlohmann::json& m : read_metrics(o.run_dir)) EXPECT_GT(m["mfu"].get<double>(), 1);
+
+  o.peak_gflops = 0;  // this CPU's nominal peak, which the tiny model stays far below
+  o.run_dir = dir / "nominal";
+  std::ostringstream nominal;
+  Trainer(o).fit(&nominal);
+  EXPECT_EQ(nominal.str().find("warning:"), std::string::npos) << nominal.str();
+}
+
 TEST(Trainer, RefusesToResumeWithDifferentDataOrder) {
   ScratchDir dir;
   write_corpus_shards(dir);
@@ -303,6 +333,9 @@ TEST(Trainer, OptionsNothingReadsAreRefused) {
        "--sample-prompt applies only with --sample-tokens > 0; this run has --sample-tokens 0"},
       {[](TrainOptions& o) { o.sample_temperature = 0; }, "--sample-temperature applies only"},
       {[](TrainOptions& o) { o.sample_top_k = 0; }, "--sample-top-k applies only"},
+      {[](TrainOptions& o) { o.sample_tokens = 8, o.sample_temperature = 0, o.sample_top_k = 5; },
+       "--sample-top-k applies only with --sample-tokens > 0 and --sample-temperature > 0; this "
+       "run has --sample-temperature 0 (greedy)"},
       {[](TrainOptions& o) { o.num_samples = 2; }, "--num-samples applies only"},
   };
   for (const Case& c : cases) {
@@ -373,8 +406,8 @@ TEST(Trainer, InitFromStartsAtTheImportedWeights) {
   using tessera::testing::error_of;
   o.model_overrides = {{"n_layer", 6}};
   EXPECT_NE(error_of([&] { Trainer{o}; })
-                .find("train: --model's n_layer 6 does not apply with --init-from " + o.init_from +
-                      ", whose weights give n_layer 2 (only dropout may be set)"),
+                .find("train: --model gives n_layer 6; --init-from " + o.init_from +
+                      " has n_layer 2 (only dropout may differ)"),
             std::string::npos);
   o.model_overrides = nlohmann::json::object();
   o.preset = "gpt2-d12";
@@ -382,6 +415,60 @@ TEST(Trainer, InitFromStartsAtTheImportedWeights) {
               Trainer{o};
             }).find("train: --preset gpt2-d12 does not apply with --init-from"),
             std::string::npos);
+}
+
+// Resuming: the checkpoint gives the model. A --model key, a --preset or an --init-from it
+// contradicts is refused (each was dropped without a word: a 2-layer run resumed with n_layer 3
+// trained 2 layers); dropout alone applies, and the same command resumes as before.
+TEST(Trainer, ResumeRefusesAModelTheCheckpointDoesNotHold) {
+  ScratchDir dir;
+  write_corpus_shards(dir);
+  std::ostringstream quiet;
+  TrainOptions o = tiny_options(dir, "run");
+  o.max_steps = 3;  // past the 2 warm-up steps
+  Trainer(o).fit(&quiet);
+
+  using tessera::testing::error_of;
+  const std::string from = "the checkpoint of step 3 (" + o.run_dir + "/checkpoints/step_00000003";
+  TrainOptions deeper = o;
+  deeper.model_overrides["n_layer"] = 3;
+  const std::string layers = error_of([&] { Trainer{deeper}; });
+  EXPECT_NE(layers.find("train: --model gives n_layer 3; " + from +
+                        ") it resumes from has n_layer 2 (only dropout may differ)"),
+            std::string::npos)
+      << layers;
+
+  TrainOptions preset = o;
+  preset.preset = "llama-tiny";  // 4 layers of 128 wide, not the run's 2 of 32
+  preset.model_overrides = nlohmann::json::object();
+  const std::string whole = error_of([&] { Trainer{preset}; });
+  EXPECT_NE(whole.find("train: --preset llama-tiny gives bias false, block_size 256, mlp "
+                       "\"swiglu\", n_embd 128, n_head 4, n_layer 4, norm \"rmsnorm\", position "
+                       "\"rope\", tie_embeddings false; " +
+                       from +
+                       ") it resumes from has bias true, block_size 32, mlp \"gelu\", "
+                       "n_embd 32, n_head 2, n_layer 2, norm \"layernorm\", position "
+                       "\"learned\", tie_embeddings true (only dropout may differ)"),
+            std::string::npos)
+      << whole;
+
+  TrainOptions imported = o;  // its weights would be dropped for the checkpoint's
+  imported.init_from = dir / "hf";
+  EXPECT_NE(error_of([&] { Trainer{imported}; })
+                .find("train: --init-from " + imported.init_from +
+                      " does not apply: the checkpoint resumed continues a run that started "
+                      "from scratch"),
+            std::string::npos);
+
+  TrainOptions same = o;
+  same.max_steps = 4;
+  same.model_overrides["dropout"] = 0.3;
+  Trainer resumed(same);
+  EXPECT_EQ(resumed.model_config().dropout, 0.3);
+  EXPECT_EQ(resumed.model_config().n_layer, 2);
+  EXPECT_EQ(resumed.steps_done(), 3);
+  resumed.fit(&quiet);
+  EXPECT_EQ(resumed.steps_done(), 4);
 }
 
 TEST(Trainer, ThreadsBeyondAnyMachineAreRefused) {

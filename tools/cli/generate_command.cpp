@@ -155,6 +155,13 @@ void check_generate_flags(const GenerateFlags& f) {
                                                         : nullptr;
   TESSERA_CHECK(unread == nullptr, "generate: ", unread, " does not apply with --prompts-file ",
                 "(one completion for each of its lines)");
+  // Greedy decoding takes the most likely token; nothing cuts the distribution it never draws.
+  const char* cut = f.temperature != 0   ? nullptr
+                    : f.top_k != d.top_k ? "--top-k"
+                    : f.top_p != d.top_p ? "--top-p"
+                                         : nullptr;
+  TESSERA_CHECK(cut == nullptr, "generate: ", cut, " does not apply with --temperature 0, ",
+                "which takes the most likely token (greedy)");
 }
 
 void run_generate(const GenerateFlags& f) {

@@ -24,6 +24,10 @@ struct ScheduleFlags {
 
 void run_schedule(const ScheduleFlags& f) {
   parallel::ScheduleKind kind = parallel::parse_schedule_kind(f.schedule);
+  // One stage holds both ends of a tied embedding: no all-reduce joins them, so the flag would
+  // draw the same schedule as without it (make_schedule drops it there for the engine's sake).
+  TESSERA_CHECK(!f.tied_embedding || f.stages != 1, "schedule: --tied-embedding applies to 2 or ",
+                "more --stages (one stage holds both ends of the tied embedding)");
   parallel::Schedule s =
       parallel::make_schedule(kind, f.stages, f.virtual_stages, f.microbatches, {f.tied_embedding});
   parallel::SimulationResult r = parallel::simulate(s, f.costs);

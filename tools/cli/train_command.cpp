@@ -88,7 +88,9 @@ const std::map<std::string, std::string>& flag_help() {
       {"loss_scale_init", "fp16: the initial loss scale"},
       {"loss_scale_window", "fp16: clean steps before the loss scale doubles"},
       {"stochastic_rounding", "bf16: round the fp32 master weights to bf16 stochastically"},
-      {"peak_gflops", "peak for MFU (0: this CPU's nominal fp32 peak)"},
+      {"peak_gflops",
+       "one rank's peak for MFU, GFLOP/s: one GPU's dense peak for the precision "
+       "(0: this CPU's nominal fp32 peak)"},
       {"dp", "data-parallel ranks (run as mpiexec -n dp*tp*pp tessera train ...)"},
       {"tp", "tensor-parallel ranks (divides n_head, n_kv_head and the MLP width)"},
       {"pp", "pipeline stages (pp * virtual-stages divides n_layer)"},
