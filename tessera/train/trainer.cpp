@@ -485,6 +485,10 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
   result.start_step = step_;
   if (!resumed_from_.empty()) result.checkpoint = resumed_from_;
   if (out != nullptr && rank0) *out << banner() << std::flush;
+  // Rerunning a finished run's command is normal (a retry after success); said, not silent.
+  if (out != nullptr && rank0 && done())
+    *out << "nothing to train: the run is at step " << step_ << ", --max-steps is " << o.max_steps
+         << "; raise --max-steps to train on\n";
   std::optional<MetricsLog> log;
   std::optional<MetricsLog> saves;
   std::optional<TensorBoardWriter> board;

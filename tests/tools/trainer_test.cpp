@@ -469,6 +469,12 @@ TEST(Trainer, ResumeRefusesAModelTheCheckpointDoesNotHold) {
   EXPECT_EQ(resumed.steps_done(), 3);
   resumed.fit(&quiet);
   EXPECT_EQ(resumed.steps_done(), 4);
+  same.max_steps = 3;  // the run is past it: nothing to do, and it says so
+  std::ostringstream past;
+  Trainer(same).fit(&past);
+  EXPECT_NE(past.str().find("nothing to train: the run is at step 4, --max-steps is 3"),
+            std::string::npos)
+      << past.str();
 }
 
 TEST(Trainer, ThreadsBeyondAnyMachineAreRefused) {
