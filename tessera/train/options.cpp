@@ -1,7 +1,9 @@
 #include "tessera/train/options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <regex>
 #include <type_traits>
 
@@ -325,7 +327,9 @@ void TrainOptions::validate() const {
   }
   TESSERA_CHECK(threads >= 0 && threads <= kMaxThreads, "train: --threads must be in [0, ",
                 kMaxThreads, "] (0: all cores), got ", threads);
-  TESSERA_CHECK(std::isfinite(lr) && lr > 0, "train: --lr must be positive, got ", lr);
+  // The optimizers step in float32: a larger lr is inf there (1e300 made every norm NaN).
+  TESSERA_CHECK(lr > 0 && lr <= std::numeric_limits<float>::max(),
+                "train: --lr must be positive and within float32's range, got ", lr);
   // Checked here whatever the optimizer and schedule (a config file carries every field), and
   // before training: the sampling options were checked only when the end-of-run sample began.
   TESSERA_CHECK(std::isfinite(momentum) && momentum >= 0 && momentum < 1,
@@ -345,6 +349,16 @@ void TrainOptions::validate() const {
   TESSERA_CHECK(seq_len <= model_config().block_size, "train: --seq-len ", seq_len,
                 " exceeds the model's block_size ", model_config().block_size);
   lr_schedule().validate();
+  // Every other number must be finite too: checkpoints record the options as JSON, which holds no
+  // inf or NaN, so --peak-gflops inf trained until its first save failed.
+  for_each_field(*this, [](const char* key, const auto& value) {
+    if constexpr (std::is_floating_point_v<std::decay_t<decltype(value)>>) {
+      std::string flag = key;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      TESSERA_CHECK(std::isfinite(value), "train: --", flag, " must be a finite number, got ",
+                    value);
+    }
+  });
 }
 
 nlohmann::json TrainOptions::to_json() const {

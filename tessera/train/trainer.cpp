@@ -468,8 +468,17 @@ std::string Trainer::banner() const {
   b << " | threads: " << num_threads();
   if (world_->size() > 1) b << " per rank x " << world_->size() << " ranks";
   b << "\nlayout: " << engine_->describe() << "\n"
-    << "MFU is against a peak of " << peak_text_ << "\n"
-    << "device: " << device_ << (o.device == "cuda-sim" ? " (the kernel simulator)" : "")
+    << "MFU is against a peak of " << peak_text_ << "\n";
+  if (val_) {
+    // The split may hold fewer batches than asked for: the loss is over those it has.
+    const int64_t held = val_->batches_per_epoch(), n = std::min(o.eval_batches, held);
+    b << "validation: " << n << " batches of " << o.batch_size << " x " << o.seq_len;
+    if (n < o.eval_batches)
+      b << " (--eval-batches " << o.eval_batches << "; the split holds " << held << ")";
+    if (o.eval_every > 0) b << ", every " << o.eval_every << " steps and";
+    b << " at the end\n";
+  }
+  b << "device: " << device_ << (o.device == "cuda-sim" ? " (the kernel simulator)" : "")
     << " | precision: " << precision_banner(o) << "\n";
   b << skipped_checkpoints_ << local_note_;
   if (!resumed_from_.empty()) b << "resuming from " << resumed_from_ << "\n";

@@ -207,6 +207,22 @@ TEST(Trainer, MfuAboveTheStatedPeakIsCalledOutOnce) {
   EXPECT_EQ(nominal.str().find("warning:"), std::string::npos) << nominal.str();
 }
 
+// The banner says what the validation loss is over; a split with fewer batches than
+// --eval-batches is said to cap it (it capped it without a word).
+TEST(Trainer, BannerSaysWhatValidationReads) {
+  ScratchDir dir;
+  write_corpus_shards(dir);
+  TrainOptions o = tiny_options(dir, "run");
+  o.max_steps = 3;  // past the 2 warm-up steps
+  EXPECT_NE(Trainer(o).banner().find("validation: 2 batches of 4 x 16, every 4 steps and at "
+                                     "the end\n"),
+            std::string::npos);
+  o.eval_batches = 1000000000;
+  const std::string capped = Trainer(o).banner();
+  EXPECT_NE(capped.find("(--eval-batches 1000000000; the split holds "), std::string::npos)
+      << capped;
+}
+
 TEST(Trainer, RefusesToResumeWithDifferentDataOrder) {
   ScratchDir dir;
   write_corpus_shards(dir);
@@ -288,7 +304,14 @@ TEST(Trainer, OptionsReadLateOrElsewhereAreCheckedBeforeTheRun) {
   says([](TrainOptions& o) { o.momentum = 1; }, "--momentum (sgd) must be in [0, 1), got 1");
   says([](TrainOptions& o) { o.decay_fraction = NAN; }, "--decay-fraction (wsd) must be in (0, 1]");
   says([](TrainOptions& o) { o.decay_fraction = 2; }, "--decay-fraction (wsd) must be in (0, 1]");
-  says([](TrainOptions& o) { o.lr = INFINITY; }, "--lr must be positive, got inf");
+  says([](TrainOptions& o) { o.lr = INFINITY; },
+       "--lr must be positive and within float32's range, got inf");
+  says([](TrainOptions& o) { o.lr = 1e300; },  // inf in the float32 optimizer: NaN norms
+       "--lr must be positive and within float32's range, got 1e+300");
+  // JSON holds no inf or NaN: these trained until the first save failed to record them.
+  says([](TrainOptions& o) { o.peak_gflops = INFINITY; },
+       "--peak-gflops must be a finite number, got inf");
+  says([](TrainOptions& o) { o.grad_clip = NAN; }, "--grad-clip must be a finite number, got nan");
   says([](TrainOptions& o) { o.loss_scale_init = 1e300; },
        "--loss-scale-init must be in [1, 2^127], got 1e+300");
   TrainOptions o = tiny_options(dir, "run");
