@@ -6,6 +6,7 @@
 #include <limits>
 #include <regex>
 #include <type_traits>
+#include <utility>
 
 #include "tessera/core/error.h"
 #include "tessera/core/threads.h"
@@ -99,6 +100,14 @@ void read_value(const nlohmann::json& v, const std::string& key, T& out) {
                   "config: '", key, "' must be a non-negative integer, got ", v.dump());
   } else {
     TESSERA_CHECK(v.is_number_integer(), "config: '", key, "' must be an integer, got ", v.dump());
+  }
+  // An integer wider than the field was cut to it: --threads 99999999999 read 1215752191.
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const bool fits = v.is_number_unsigned()
+                          ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+                          : std::in_range<T>(v.get<int64_t>());
+    TESSERA_CHECK(fits, "config: '", key, "' must be in [", std::numeric_limits<T>::min(), ", ",
+                  std::numeric_limits<T>::max(), "], got ", v.dump());
   }
   out = v.get<T>();
 }

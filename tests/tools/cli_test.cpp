@@ -95,6 +95,21 @@ TEST(Cli, BadFlagsGiveOneLineAndNonZeroExit) {
   Result model = run_cli({"generate", "--model", dir / "no_such_run"}, dir);
   EXPECT_EQ(model.code, 1);
   EXPECT_EQ(count_lines(model.err), 1) << model.err;
+
+  // Integers past their field: CLI11 read 2^64 as 2^63 - 1, and train's 32-bit --threads cut
+  // 99999999999 to 1215752191; both went on without a word.
+  Result wide = run_cli(
+      {"generate", "--model", dir / "no_such_run", "--seed", "18446744073709551616"}, dir, "wide");
+  EXPECT_EQ(wide.code, 2);
+  EXPECT_EQ(count_lines(wide.err), 1) << wide.err;
+  EXPECT_NE(wide.err.find("--seed: must be in [-2^63, 2^63 - 1], got 18446744073709551616"),
+            std::string::npos)
+      << wide.err;
+  Result cut = run_cli({"train", "--train-data", "x.bin", "--threads", "99999999999"}, dir, "cut");
+  EXPECT_EQ(cut.code, 1);
+  EXPECT_NE(cut.err.find("'threads' must be in [-2147483648, 2147483647], got 99999999999"),
+            std::string::npos)
+      << cut.err;
 }
 
 // Sizes no job has, refused in one line before anything starts. Before, --ranks 10^8 held

@@ -63,6 +63,7 @@ refused "--device must be cpu, cuda or cuda-sim, got 'tpu'" generate --model run
 # records its heads, --num-samples beside --prompts-file.
 refused "--threads must be in [0, 1024] (0: all), got 100000" generate --model run --threads 100000
 refused "--num-samples must be positive, got 0" generate --model run --num-samples 0
+refused "--seed must be >= 0, got -1" generate --model run --seed -1  # was read as 2^64 - 1
 refused "is a Tessera run or checkpoint, whose state.json gives its heads: --n-head applies to Hugging Face GPT-2 weights only" generate --model run --n-head 3
 refused "--num-samples does not apply with --prompts-file" generate --model run --prompts-file prompts.txt --num-samples 2
 refused "--prompt does not apply with --prompts-file" generate --model run --prompts-file prompts.txt --prompt hi

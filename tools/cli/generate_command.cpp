@@ -33,7 +33,7 @@ struct GenerateFlags {
   std::vector<std::string> stop;
   int64_t max_new_tokens = 200, top_k = 40, num_samples = 1, n_head = 0;
   double temperature = 0.8, top_p = 1.0;
-  uint64_t seed = 0;
+  int64_t seed = 0;  // signed, so that -1 is refused rather than read as 2^64 - 1
   int threads = 0, tp = 1;
   bool no_cache = false, no_eos = false, int8_activations = false;
 };
@@ -110,7 +110,7 @@ void generate_on_rank(const GenerateFlags& f, bool prints) {
                     " encodes to no tokens");
     }
     const std::vector<nn::Completion> done =
-        complete(*loaded.model, prompts, *tokenizer, f, f.seed);
+        complete(*loaded.model, prompts, *tokenizer, f, uint64_t(f.seed));
     if (!prints) return;
     for (size_t i = 0; i < texts.size(); ++i)
       std::cout << nlohmann::json({{"prompt", texts[i]},
@@ -135,7 +135,7 @@ void generate_on_rank(const GenerateFlags& f, bool prints) {
               << " new tokens per sample\n";
   for (int64_t i = 0; i < f.num_samples; ++i) {
     const std::vector<nn::Completion> done =
-        complete(*loaded.model, {prompt}, *tokenizer, f, f.seed + uint64_t(i));
+        complete(*loaded.model, {prompt}, *tokenizer, f, uint64_t(f.seed + i));
     if (!prints) continue;
     if (f.num_samples > 1) std::cout << "--- sample " << i + 1 << " ---\n";
     std::cout << tokenizer->decode(prompt) << done[0].text() << "\n";
@@ -148,6 +148,7 @@ void check_generate_flags(const GenerateFlags& f) {
                 kMaxThreads, "] (0: all), got ", f.threads);
   TESSERA_CHECK(f.num_samples >= 1, "generate: --num-samples must be positive, got ",
                 f.num_samples);
+  TESSERA_CHECK(f.seed >= 0, "generate: --seed must be >= 0, got ", f.seed);
   const GenerateFlags d;
   const char* unread = f.prompts_file.empty()           ? nullptr
                        : f.prompt != d.prompt           ? "--prompt"

@@ -1,9 +1,12 @@
 // tessera: train, sample from, and manage GPT models. Errors print one line and exit non-zero.
 
+#include <charconv>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <optional>
+#include <string>
 
 #include "cli/commands.h"
 #include "tessera/core/error.h"
@@ -22,6 +25,33 @@ bool launched_by_mpi() {
   return false;
 }
 #endif
+
+// CLI11 2.1 reads an integer past int64's range as the nearest one it holds, and a negative
+// one into an unsigned option as 2^64 minus it, without a word: --seed 2^64 sampled with seed
+// 2^63 - 1. Every integer option is checked first; 32-bit ones CLI11 refuses itself.
+void refuse_integers_out_of_range(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    if (type != "INT" && type != "UINT") continue;
+    const bool is_unsigned = type == "UINT";
+    option->check(CLI::Validator(
+        [is_unsigned](std::string& text) -> std::string {
+          const char* end = text.data() + text.size();
+          int64_t value = 0;
+          uint64_t unsigned_value = 0;
+          const std::errc ec = is_unsigned ? std::from_chars(text.data(), end, unsigned_value).ec
+                                           : std::from_chars(text.data(), end, value).ec;
+          if (ec == std::errc::result_out_of_range)
+            return is_unsigned ? "must be in [0, 2^64 - 1], got " + text
+                               : "must be in [-2^63, 2^63 - 1], got " + text;
+          if (is_unsigned && text.starts_with('-')) return "must be >= 0, got " + text;
+          return "";  // anything else is CLI11's to convert or refuse
+        },
+        "", "integer range"));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    refuse_integers_out_of_range(*sub);
+}
 
 }  // namespace
 
@@ -44,6 +74,7 @@ int main(int argc, char** argv) {
   tessera::cli::add_diagnose_command(app);
   tessera::cli::add_trace_command(app);
   tessera::cli::add_plan_command(app);
+  refuse_integers_out_of_range(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
