@@ -26,25 +26,21 @@ bool launched_by_mpi() {
 }
 #endif
 
-// CLI11 2.1 reads an integer past int64's range as the nearest one it holds, and a negative
-// one into an unsigned option as 2^64 minus it, without a word: --seed 2^64 sampled with seed
-// 2^63 - 1. Every integer option is checked first; 32-bit ones CLI11 refuses itself.
+// CLI11 2.1 reads an integer past int64's range as the nearest one it holds, without a word:
+// --seed 2^64 sampled with seed 2^63 - 1. Every integer option is checked first (32-bit ones
+// CLI11 refuses itself). The options are all signed, so that a negative one is refused by
+// its command rather than wrapped, as CLI11 wraps one given to an unsigned option.
 void refuse_integers_out_of_range(CLI::App& app) {
   for (CLI::Option* option : app.get_options()) {
-    const std::string type = option->get_type_name();
-    if (type != "INT" && type != "UINT") continue;
-    const bool is_unsigned = type == "UINT";
+    TESSERA_CHECK(option->get_type_name() != "UINT", "tessera: ", option->get_name(),
+                  " is unsigned; declare it signed");
+    if (option->get_type_name() != "INT") continue;
     option->check(CLI::Validator(
-        [is_unsigned](std::string& text) -> std::string {
-          const char* end = text.data() + text.size();
+        [](std::string& text) -> std::string {
           int64_t value = 0;
-          uint64_t unsigned_value = 0;
-          const std::errc ec = is_unsigned ? std::from_chars(text.data(), end, unsigned_value).ec
-                                           : std::from_chars(text.data(), end, value).ec;
+          const std::errc ec = std::from_chars(text.data(), text.data() + text.size(), value).ec;
           if (ec == std::errc::result_out_of_range)
-            return is_unsigned ? "must be in [0, 2^64 - 1], got " + text
-                               : "must be in [-2^63, 2^63 - 1], got " + text;
-          if (is_unsigned && text.starts_with('-')) return "must be >= 0, got " + text;
+            return "must be in [-2^63, 2^63 - 1], got " + text;
           return "";  // anything else is CLI11's to convert or refuse
         },
         "", "integer range"));
@@ -74,8 +70,8 @@ int main(int argc, char** argv) {
   tessera::cli::add_diagnose_command(app);
   tessera::cli::add_trace_command(app);
   tessera::cli::add_plan_command(app);
-  refuse_integers_out_of_range(app);
   try {
+    refuse_integers_out_of_range(app);
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
