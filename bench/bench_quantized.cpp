@@ -9,14 +9,17 @@
 //                                where Q8_0 reads 3.76x fewer weight bytes.
 //   BM_LinearW8A8                the same with x's rows quantized to int8 in the op (W8A8), the
 //                                products int8 x int8.
+//   BM_LinearW8A8Path            BM_LinearW8A8 on each vector path the build has (the label:
+//                                avx2, avx512_vnni), so that they compare in one run.
 //   BM_DecodeF32 / BM_DecodeQ8   one decode step (a token per sequence against a KV cache of
 //                                64 positions) of an 87M-parameter GPT (12 x 768), M sequences:
 //                                decode tokens/s = M / time. BM_DecodeW8A8: the Q8_0 model
-//                                with int8 activations.
+//                                with int8 activations; BM_DecodeW8A8Path: that on each path.
 
 #include <vector>
 
 #include "bench/counters.h"
+#include "tessera/core/cpu/linear_w8a8_paths.h"
 #include "tessera/core/cpu/thin_gemm.h"
 
 namespace tessera::bench {
@@ -76,12 +79,40 @@ void BM_LinearW8A8(benchmark::State& state) {
   BM_LinearInt8<ops::linear_w8a8>(state);
 }
 
+// The W8A8 kernel held to one path (cpu::W8A8Path, the benchmark's last argument) for one
+// benchmark, back to the fastest after it.
+struct W8A8PathOnly {
+  explicit W8A8PathOnly(benchmark::State& state, int arg)
+      : fastest_(cpu::w8a8_path()), path_(cpu::W8A8Path(state.range(arg))) {
+    cpu::set_w8a8_path(path_);
+    state.SetLabel(cpu::w8a8_path_name(path_));
+  }
+  ~W8A8PathOnly() { cpu::set_w8a8_path(fastest_); }
+  cpu::W8A8Path fastest_, path_;
+};
+
+void BM_LinearW8A8Path(benchmark::State& state) {
+  const W8A8PathOnly path(state, 3);
+  BM_LinearW8A8(state);
+}
+
 void linear_shapes(benchmark::internal::Benchmark* b) {
   for (int64_t m : {1, 2, 4, 8, 16}) {
     b->Args({m, 768, 3072});
     b->Args({m, 4096, 11008});
   }
   b->ArgNames({"M", "K", "N"})->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+
+// linear_shapes on each vector path of the W8A8 kernel (the portable loop is a test's).
+void linear_shapes_per_path(benchmark::internal::Benchmark* b) {
+  for (cpu::W8A8Path path : cpu::w8a8_paths_available())
+    if (path != cpu::W8A8Path::portable)
+      for (int64_t m : {1, 2, 4, 8, 16}) {
+        b->Args({m, 768, 3072, int64_t(path)});
+        b->Args({m, 4096, 11008, int64_t(path)});
+      }
+  b->ArgNames({"M", "K", "N", "path"})->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
 nn::GPTConfig decode_config() {
@@ -133,6 +164,10 @@ void BM_DecodeQ8(benchmark::State& state) {
 void BM_DecodeW8A8(benchmark::State& state) {
   decode(state, Weights::w8a8);
 }
+void BM_DecodeW8A8Path(benchmark::State& state) {
+  const W8A8PathOnly path(state, 1);
+  decode(state, Weights::w8a8);
+}
 void BM_DecodeF32Eigen(benchmark::State& state) {
   const EigenOnly eigen;
   decode(state, Weights::f32);
@@ -142,6 +177,7 @@ BENCHMARK(BM_LinearF32)->Apply(linear_shapes);
 BENCHMARK(BM_LinearF32Eigen)->Apply(linear_shapes);
 BENCHMARK(BM_LinearQ8)->Apply(linear_shapes);
 BENCHMARK(BM_LinearW8A8)->Apply(linear_shapes);
+BENCHMARK(BM_LinearW8A8Path)->Apply(linear_shapes_per_path);
 // Batches 1 to 16: a step's cost against its batch, a + c·M, is what decides whether batching
 // more sequences costs their latency (docs/benchmarks.md, serving).
 void decode_batches(benchmark::internal::Benchmark* b) {
@@ -149,10 +185,18 @@ void decode_batches(benchmark::internal::Benchmark* b) {
   b->ArgName("M")->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
+void decode_batches_per_path(benchmark::internal::Benchmark* b) {
+  for (cpu::W8A8Path path : cpu::w8a8_paths_available())
+    if (path != cpu::W8A8Path::portable)
+      for (int64_t m : {1, 2, 4, 8, 16}) b->Args({m, int64_t(path)});
+  b->ArgNames({"M", "path"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
 BENCHMARK(BM_DecodeF32)->Apply(decode_batches);
 BENCHMARK(BM_DecodeF32Eigen)->Apply(decode_batches);
 BENCHMARK(BM_DecodeQ8)->Apply(decode_batches);
 BENCHMARK(BM_DecodeW8A8)->Apply(decode_batches);
+BENCHMARK(BM_DecodeW8A8Path)->Apply(decode_batches_per_path);
 
 }  // namespace
 }  // namespace tessera::bench

@@ -243,7 +243,8 @@ TEST(LinearQ8, RowsDoNotDependOnTheBatchOrThreads) {
 // (2+6)) + ((1+5) + (3+7)), then fma(s, total, bias). Equal bit for bit, for every row of a batch
 // of 1 to 9 rows (the kernel's passes of 4 rows and their leftovers), N = 11 (passes of 4 and 2
 // weight rows and their leftovers), 1 and 2 threads: so a row's result depends neither on its
-// batch, nor on the thread count, nor on the path (AVX2 where built, and the portable loop).
+// batch, nor on the thread count, nor on the path (every one the build has: AVX-512 VNNI and
+// AVX2 where built, and the portable loop).
 TEST(LinearW8A8, FollowsItsSummationOrderBitForBit) {
   Generator gen(7, 0);
   const int64_t K = 160, N = 11, blocks = K / 32;
@@ -252,10 +253,11 @@ TEST(LinearW8A8, FollowsItsSummationOrderBitForBit) {
   const std::vector<int32_t> words = to_vector<int32_t>(w.q8);
   const std::vector<float> d = to_vector<float>(w.scale), b = to_vector<float>(bias);
   const int threads = num_threads();
-  for (bool vector : {true, false})
+  const cpu::W8A8Path fastest = cpu::w8a8_path();
+  for (cpu::W8A8Path path : cpu::w8a8_paths_available())
     for (int64_t M = 1; M <= 9; ++M)
       for (int t : {1, 2}) {
-        cpu::set_w8a8_vector_enabled(vector);
+        cpu::set_w8a8_path(path);
         set_num_threads(t);
         const Tensor x = randn(Shape{M, K}, gen);
         const RowsRef r = rows_reference(to_vector<double>(x), M, K);
@@ -273,11 +275,11 @@ TEST(LinearW8A8, FollowsItsSummationOrderBitForBit) {
             const float total = ((lane[0] + lane[4]) + (lane[2] + lane[6])) +
                                 ((lane[1] + lane[5]) + (lane[3] + lane[7]));
             ASSERT_EQ(got[size_t(m * N + n)], std::fma(r.s[size_t(m)], total, b[size_t(n)]))
-                << (vector && cpu::w8a8_vector_available() ? "AVX2" : "portable") << " M=" << M
-                << " row " << m << " column " << n << " threads " << t;
+                << cpu::w8a8_path_name(path) << " M=" << M << " row " << m << " column " << n
+                << " threads " << t;
           }
       }
-  cpu::set_w8a8_vector_enabled(true);
+  cpu::set_w8a8_path(fastest);
   set_num_threads(threads);
 }
 

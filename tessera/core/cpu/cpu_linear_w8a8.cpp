@@ -9,7 +9,9 @@
 // weight-only kernel (cpu_linear_q8.cpp) widens the 32 int8 weights to scaled floats (about 20
 // vector operations, shared by the up to 4 rows of a pass) and runs 4 FMAs per row: 24
 // operations per block at batch 1 against 5 here, 9 per row against 5 in passes of 4.
-// |x| is formed once per row of x, not per weight row.
+// |x| is formed once per row of x, not per weight row. With AVX-512 VNNI (and VL) one vpdpbusd
+// on the same 32-byte registers replaces maddubs and madd: four instructions per block and
+// row, and the int32 lanes hold the same exact sums.
 //
 // Bound: at batch 1 the weight's 34 bytes per 32 weights from memory, as weight-only; past a few
 // rows the integer pipe: 5 vector operations per 32 multiply-adds per (row, weight row).
@@ -18,8 +20,8 @@
 // by FMA over the blocks b in order; the 8 lanes are added in a fixed tree, the total times
 // the row's scale plus the bias in one FMA (explicit, so that no compiler's contraction choice
 // changes a bit). The portable path (every build; the only one without AVX2) does the same with
-// std::fma (linear_w8a8_paths.h switches between them), so a result depends neither on the
-// path, the thread count, nor on the rows batched with it (tests/ops/quantized_linear_cases.cpp).
+// std::fma (linear_w8a8_paths.h chooses among them), so a result depends neither on the path,
+// the thread count, nor on the rows batched with it (tests/ops/quantized_linear_cases.cpp).
 
 #include <algorithm>
 #include <cmath>
@@ -28,6 +30,9 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define TESSERA_W8A8_AVX2 1
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define TESSERA_W8A8_VNNI 1
+#endif
 #endif
 
 #include "tessera/core/cpu/cpu_backend.h"
@@ -35,6 +40,7 @@
 #include "tessera/core/cpu/linear_w8a8_paths.h"
 #include "tessera/core/cpu/parallel.h"
 #include "tessera/core/detail/element_convert.h"
+#include "tessera/core/error.h"
 
 namespace tessera {
 
@@ -79,7 +85,17 @@ void dot_portable(const int8_t* q, const float* scale, const int8_t* xq, int64_t
 }
 
 #if defined(TESSERA_W8A8_AVX2)
-template <int R, int C>
+// The products 4j..4j+3 of a 32-block summed exactly into int32 lane j: |x| (unsigned) times w
+// with x's signs, by maddubs and madd, or by one vpdpbusd.
+template <bool kVnni>
+inline __m256i block_dot(__m256i abs_x, __m256i signed_w, __m256i ones) {
+#if defined(TESSERA_W8A8_VNNI)
+  if constexpr (kVnni) return _mm256_dpbusd_epi32(_mm256_setzero_si256(), abs_x, signed_w);
+#endif
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_x, signed_w), ones);
+}
+
+template <int R, int C, bool kVnni>
 void dot_avx2(const int8_t* q, const float* scale, const int8_t* xq, const uint8_t* xa, int64_t K,
               int64_t blocks, float total[R][C]) {
   __m256 acc[R][C];
@@ -98,8 +114,7 @@ void dot_avx2(const int8_t* q, const float* scale, const int8_t* xq, const uint8
       const auto* ar = reinterpret_cast<const __m256i*>(xa + r * K + b * kBlock);
       const __m256i x = _mm256_loadu_si256(xr), ax = _mm256_loadu_si256(ar);
       for (int c = 0; c < C; ++c) {
-        const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w[c], x));
-        const __m256i p32 = _mm256_madd_epi16(p16, ones);
+        const __m256i p32 = block_dot<kVnni>(ax, _mm256_sign_epi8(w[c], x), ones);
         acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), d[c], acc[r][c]);
       }
     }
@@ -113,38 +128,43 @@ void dot_avx2(const int8_t* q, const float* scale, const int8_t* xq, const uint8
 }
 #endif
 
+using cpu::W8A8Path;
+
 template <int R, int C>
-void dot_w8a8(bool vector, const int8_t* q, const float* scale, const int8_t* xq, const uint8_t* xa,
-              int64_t K, int64_t blocks, float total[R][C]) {
-#if defined(TESSERA_W8A8_AVX2)
-  if (vector) return dot_avx2<R, C>(q, scale, xq, xa, K, blocks, total);
+void dot_w8a8(W8A8Path path, const int8_t* q, const float* scale, const int8_t* xq,
+              const uint8_t* xa, int64_t K, int64_t blocks, float total[R][C]) {
+#if defined(TESSERA_W8A8_VNNI)
+  if (path == W8A8Path::avx512_vnni)
+    return dot_avx2<R, C, true>(q, scale, xq, xa, K, blocks, total);
 #endif
-  (void)vector;
+#if defined(TESSERA_W8A8_AVX2)
+  if (path == W8A8Path::avx2) return dot_avx2<R, C, false>(q, scale, xq, xa, K, blocks, total);
+#endif
+  (void)path;
   (void)xa;
   dot_portable<R, C>(q, scale, xq, K, blocks, total);
 }
 
-bool g_vector_enabled = true;
+W8A8Path g_path = cpu::w8a8_paths_available().back();  // the fastest this build has
 
 // The pass over `rows` (1 to kRows) rows of x and `cols` (1 to C) weight rows, R and C fixed
 // at compile time from them.
 template <int C, int R = 1>
-void dot_rows(bool vector, int64_t rows, int64_t cols, const int8_t* q, const float* scale,
+void dot_rows(W8A8Path path, int64_t rows, int64_t cols, const int8_t* q, const float* scale,
               const int8_t* xq, const uint8_t* xa, int64_t K, int64_t blocks,
               float total[kRows][kColsSingle]) {
   if constexpr (R <= kRows) {
-    if (rows != R)
-      return dot_rows<C, R + 1>(vector, rows, cols, q, scale, xq, xa, K, blocks, total);
+    if (rows != R) return dot_rows<C, R + 1>(path, rows, cols, q, scale, xq, xa, K, blocks, total);
     if (cols == C) {
       float t[R][C];
-      dot_w8a8<R, C>(vector, q, scale, xq, xa, K, blocks, t);
+      dot_w8a8<R, C>(path, q, scale, xq, xa, K, blocks, t);
       for (int r = 0; r < R; ++r)
         for (int c = 0; c < C; ++c) total[r][c] = t[r][c];
       return;
     }
     for (int64_t c = 0; c < cols; ++c) {  // the last weight rows of a thread's range
       float t[R][1];
-      dot_w8a8<R, 1>(vector, q + c * K, scale + c * blocks, xq, xa, K, blocks, t);
+      dot_w8a8<R, 1>(path, q + c * K, scale + c * blocks, xq, xa, K, blocks, t);
       for (int r = 0; r < R; ++r) total[r][c] = t[r][0];
     }
   }
@@ -152,20 +172,38 @@ void dot_rows(bool vector, int64_t rows, int64_t cols, const int8_t* q, const fl
 
 }  // namespace
 
-bool cpu::w8a8_vector_available() {
+const char* cpu::w8a8_path_name(W8A8Path path) {
+  switch (path) {
+    case W8A8Path::avx2:
+      return "avx2";
+    case W8A8Path::avx512_vnni:
+      return "avx512_vnni";
+    default:
+      return "portable";
+  }
+}
+
+std::vector<W8A8Path> cpu::w8a8_paths_available() {
+  std::vector<W8A8Path> paths = {W8A8Path::portable};
 #if defined(TESSERA_W8A8_AVX2)
-  return true;
-#else
-  return false;
+  paths.push_back(W8A8Path::avx2);
 #endif
+#if defined(TESSERA_W8A8_VNNI)
+  paths.push_back(W8A8Path::avx512_vnni);
+#endif
+  return paths;
 }
 
-bool cpu::w8a8_vector_enabled() {
-  return w8a8_vector_available() && g_vector_enabled;
+W8A8Path cpu::w8a8_path() {
+  return g_path;
 }
 
-void cpu::set_w8a8_vector_enabled(bool enabled) {
-  g_vector_enabled = enabled;
+void cpu::set_w8a8_path(W8A8Path path) {
+  const std::vector<W8A8Path> paths = w8a8_paths_available();
+  TESSERA_CHECK(std::find(paths.begin(), paths.end(), path) != paths.end(),
+                "set_w8a8_path: this build has no ", w8a8_path_name(path),
+                " path (it was compiled for a CPU without it)");
+  g_path = path;
 }
 
 void CpuBackend::quantize_rows_q8(const Tensor& x, const Tensor& xq, const Tensor& xscale) {
@@ -210,7 +248,7 @@ void CpuBackend::linear_w8a8(const Tensor& xq, const Tensor& xscale, const Tenso
     const T* bp = bias.defined() ? bias.data<T>(op) : nullptr;
     T* o = out.data<T>(op);
     const int64_t C = M == 1 ? kColsSingle : kColsBatched;
-    const bool vector = cpu::w8a8_vector_enabled();
+    const W8A8Path path = g_path;
     cpu::parallel_for(
         N, std::max<int64_t>(1, 4096 / std::max<int64_t>(K, 1)), [&](int64_t lo, int64_t hi) {
           std::vector<float> scales(static_cast<size_t>(kColsSingle * blocks));
@@ -221,10 +259,10 @@ void CpuBackend::linear_w8a8(const Tensor& xq, const Tensor& xscale, const Tenso
             for (int64_t m = 0; m < M; m += kRows) {
               const int64_t rows = std::min<int64_t>(kRows, M - m);
               if (C == kColsSingle)
-                dot_rows<kColsSingle>(vector, rows, cols, q + n * K, scales.data(), x8 + m * K,
+                dot_rows<kColsSingle>(path, rows, cols, q + n * K, scales.data(), x8 + m * K,
                                       xa.data() + m * K, K, blocks, total);
               else
-                dot_rows<kColsBatched>(vector, rows, cols, q + n * K, scales.data(), x8 + m * K,
+                dot_rows<kColsBatched>(path, rows, cols, q + n * K, scales.data(), x8 + m * K,
                                        xa.data() + m * K, K, blocks, total);
               for (int64_t r = 0; r < rows; ++r)
                 for (int64_t c = 0; c < cols; ++c) {

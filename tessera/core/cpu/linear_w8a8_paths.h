@@ -1,15 +1,21 @@
 #pragma once
-// The W8A8 CPU kernel (cpu_linear_w8a8.cpp) has two paths with the same bits: AVX2 (sign,
-// maddubs, madd) and a portable loop. Every build compiles the portable one, so a test on an
-// AVX2 machine compares the two, and a benchmark times them side by side.
+// The W8A8 CPU kernel (cpu_linear_w8a8.cpp) has paths with the same bits: AVX-512 VNNI
+// (vpdpbusd), AVX2 (sign, maddubs, madd) and a portable loop. Every build compiles the portable
+// one, so a test compares every path the build has, and a benchmark times them side by side.
+
+#include <vector>
 
 namespace tessera::cpu {
 
-// Whether this build has the AVX2 path (AVX2 and FMA at compile time).
-bool w8a8_vector_available();
-// Whether linear_w8a8 takes it (available, and not switched off). Process-wide; not for use
-// while products run.
-bool w8a8_vector_enabled();
-void set_w8a8_vector_enabled(bool enabled);
+enum class W8A8Path { portable, avx2, avx512_vnni };
+
+const char* w8a8_path_name(W8A8Path path);
+// The paths this build has, slowest first: portable always; avx2 with AVX2 and FMA at compile
+// time; avx512_vnni with AVX-512 VNNI and VL as well.
+std::vector<W8A8Path> w8a8_paths_available();
+// The path linear_w8a8 takes: the fastest available unless set. Process-wide; not for use while
+// products run. Setting one the build lacks throws.
+W8A8Path w8a8_path();
+void set_w8a8_path(W8A8Path path);
 
 }  // namespace tessera::cpu
