@@ -78,6 +78,22 @@ double byte_count_bound(const Workload& w, const Layout& l, const MemoryOptions&
   return 128 * tokens * widths * in_flight;
 }
 
+// The sizes a search was held to, "tp 16, dp 3": when nothing is valid they may be why, and
+// the message said only that the model and GPU count admit no split.
+std::string pinned_sizes(const SearchSpace& s) {
+  std::string out;
+  auto add = [&](const char* name, int value, bool held) {
+    if (held) out += str_cat(out.empty() ? "" : ", ", name, " ", value);
+  };
+  add("tp", s.tp, s.tp > 0);
+  add("pp", s.pp, s.pp > 0);
+  add("dp", s.dp, s.dp > 0);
+  add("virtual stages", s.virtual_stages, s.virtual_stages > 0);
+  add("micro-batch", s.micro_batch, s.micro_batch > 0);
+  add("ZeRO", s.zero, s.zero >= 0);
+  return out;
+}
+
 }  // namespace
 
 Candidate evaluate(const Workload& w, const Layout& l, const Cluster& cluster, int index,
@@ -172,10 +188,12 @@ PlanResult plan(const PlanRequest& r) {
       out.ranked.begin(), out.ranked.end(),
       [&](const Candidate& a, const Candidate& b) { return rank_key(a, r) < rank_key(b, r); });
   if (out.valid == 0) {
-    out.nothing_fits = str_cat("no layout of ", w.model_name, " on ", r.clusters.front().gpus,
-                               " GPUs is valid: the GPU count, layers (", w.model.n_layer,
-                               "), heads (", w.model.n_head, ") and global batch (", w.global_batch,
-                               ") admit no dp x tp x pp split the engine runs");
+    const std::string pins = pinned_sizes(s);
+    out.nothing_fits = str_cat(
+        "no layout of ", w.model_name, " on ", r.clusters.front().gpus, " GPUs is valid",
+        pins.empty() ? "" : " with " + pins + " pinned", ": the GPU count, layers (",
+        w.model.n_layer, "), heads (", w.model.n_head, ") and global batch (", w.global_batch,
+        ") admit no dp x tp x pp split the engine runs", pins.empty() ? "" : " with them");
   } else if (out.ranked.empty()) {
     const Candidate& c = out.smallest;
     out.nothing_fits =

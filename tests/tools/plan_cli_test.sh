@@ -42,6 +42,8 @@ refused() {  # refused "what it must say" args...
 refused "unknown GPU 'v100'" --model gpt3-175b --gpu v100 --gpus 64
 refused "unknown model 'gpt5'" --model gpt5 --gpus 64
 refused "fits nowhere: its smallest layout" --model llama-70b-like --gpu a100-40gb --gpus 8
+# A pinned size that leaves nothing valid is named (the message blamed the model alone).
+refused "no layout of gpt2-d12 on 8 GPUs is valid with tp 16, dp 3 pinned" --model gpt2-d12 --gpus 8 --tp 16 --dp 3
 refused "--tokens '2X' is not a size" --model gpt2-d12 --tokens 2X
 refused "is not a whole number of 1024-token sequences" --model gpt2-d12 --batch-tokens 1000
 refused "give the global batch once" --model gpt2-d12 --global-batch 8 --batch-tokens 8K
