@@ -8,7 +8,8 @@
 #   device    --device cuda-sim (the CUDA backend on the kernel simulator) gives the CPU's
 #             greedy tokens;
 #   refusals  an empty --stop, --device with --tp, an unknown device, sizes out of range and
-#             flags nothing reads (generate's and ckpt's): one line, non-zero.
+#             flags nothing reads (generate's and ckpt's), ckpt outputs over the run it reads:
+#             one line, non-zero, the run unchanged.
 set -uo pipefail
 tessera=$1 dir=$2
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -73,5 +74,15 @@ refused "--top-p does not apply with --temperature 0" generate --model run --tem
 refused "--bf16 applies to --to llmc only" ckpt convert run --to hf --output hf --bf16
 refused "--n-head applies to Hugging Face GPT-2 weights only" ckpt inspect run --n-head 3
 refused "--eval-batches sizes the loss measured on --eval-data, which is not given" ckpt quantize run --to int8 --output q --eval-batches 5
+# Neither writes over a run or a checkpoint: quantize --output run replaced the run's newest
+# checkpoint (optimizer state included) with int8 weights, convert --to hf its config.json.
+before=$(cd run && find . -type f | sort | xargs md5sum)
+refused "--output run already holds checkpoints (run/checkpoints/step_" ckpt quantize run --to int8 --output run
+refused "--output run already holds checkpoints" ckpt convert run --to sharded --shards 2 --output run
+refused "--output run is in a run directory (it holds checkpoints/), whose files it would replace" ckpt convert run --to hf --output run
+step=$(ls -d run/checkpoints/step_* | head -1)
+refused "--output $step is a checkpoint directory" ckpt quantize run --to int8 --output "$step"
+refused "--output $step/model.safetensors is in a checkpoint directory" ckpt convert run --to safetensors --output "$step/model.safetensors"
+[ "$(cd run && find . -type f | sort | xargs md5sum)" = "$before" ] || fail "a refused ckpt command changed the run"
 [ ! -e hf ] && [ ! -e q ] || fail "a refused ckpt command wrote its output"
 echo "generate_cli_test: --stop, --prompts-file (batched = alone), --device cuda-sim (= CPU), refusals (generate and ckpt)"

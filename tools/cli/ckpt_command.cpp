@@ -4,6 +4,7 @@
 #include <iostream>
 #include <optional>
 
+#include "cli/ckpt_output.h"
 #include "cli/commands.h"
 #include "cli/live_line.h"
 #include "tessera/data/hf_tokenizer.h"
@@ -96,8 +97,12 @@ void convert(const std::string& spec, const std::string& to, const std::string& 
                   " (a training checkpoint keeps its config)");
     TESSERA_CHECK(to == "gathered" || (shards >= 1 && shards <= 65536),
                   "ckpt convert: --to sharded needs --shards N (1 to 65536), got ", shards);
+    check_new_run_dir(output, "ckpt convert");
     return convert_training(spec, to, output, shards);
   }
+  if (to == "hf" || to == "llmc" || to == "safetensors")
+    check_export_dir(to == "hf" ? output : std::filesystem::path(output).parent_path().string(),
+                     output, "ckpt convert");
   LiveLine line;
   line.update(str_cat("ckpt: reading ", spec), /*force=*/true);
   LoadedModel m = load_model(spec, n_head);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iostream>
 
+#include "cli/ckpt_output.h"
 #include "cli/commands.h"
 #include "tessera/data/loader.h"
 #include "tessera/tessera.h"
@@ -63,6 +64,7 @@ void quantize(const QuantizeFlags& f) {
                 " sizes the loss measured on --eval-data, which is not given");
   TESSERA_CHECK(f.seq_len >= 0, "ckpt quantize: --seq-len must be >= 0 (0: the run's), got ",
                 f.seq_len);
+  check_new_run_dir(f.output, "ckpt quantize");
   train::LoadedModel m = train::load_model(f.spec, f.n_head);
   // The length the run trained at (its loader's), so the loss is that of the positions it
   // learned; a model from elsewhere: the context, up to 256.
