@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "tessera/core/error.h"
+#include "tessera/nn/io/sharded_checkpoint.h"
 
 namespace tessera::cli {
 
@@ -10,14 +11,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A checkpoint directory: a gathered one's state.json or a sharded set's manifest or parts.
+// A checkpoint directory: a gathered one's state.json, or a sharded set's manifest or parts.
 bool is_checkpoint_dir(const fs::path& dir) {
   std::error_code ec;
-  if (fs::exists(dir / "state.json", ec) || fs::exists(dir / "manifest.json", ec)) return true;
-  if (!fs::is_directory(dir, ec)) return false;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.path().filename().string().starts_with("shard_")) return true;
-  return false;
+  return fs::exists(dir / "state.json", ec) || nn::is_sharded_checkpoint(dir.string());
 }
 
 // A checkpoint in <dir>/checkpoints (a step directory if there is one), or "" when it is empty.
