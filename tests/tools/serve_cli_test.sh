@@ -13,7 +13,8 @@
 #             SIGTERM to mpiexec stop both ranks with status 0
 #   loading   /health is 503 until the model is in (tests/tools/serve_app_test.cpp, in-process)
 #   refusals  --tp 2 in one process, --tp with a GPU, a bad --device, --max-running past its
-#             bound, a block larger than the context, a port in use
+#             bound, a block larger than the context, a port in use, a model that is not there
+#             (ten times: it hung when it failed before the listener started)
 #   stop      SIGTERM stops the server, exit status 0
 set -uo pipefail
 tessera=$1 dir=$2 mpiexec=${3:-} np_flag=${4:--n}
@@ -137,6 +138,12 @@ refused "--device must be cpu, cuda or cuda-sim, got 'tpu'" --model run --device
 refused "--max-running must be in [1, 1024], got 1000000000" --model run --max-running 1000000000
 refused "serve: --block-size 100000 is more than the model's context of 64 positions" \
   --model run --port 0 --block-size 100000
+# A model that fails to load ends the server, however early: one missing fails before the
+# listener thread has begun listening, which httplib's stop() then missed, and the join hung
+# (2 of 3 runs before the fix). Ten tries.
+for try in 1 2 3 4 5 6 7 8 9 10; do
+  refused "model: $dir/nosuch does not exist" --model "$dir/nosuch" --port 0
+done
 start_server serve.err --model run
 refused "cannot listen on 127.0.0.1:$port" --model run --port "$port"
 stop_server

@@ -245,6 +245,7 @@ struct ServeApp::State {
   Service service;
   httplib::Server http;
   std::thread http_thread;
+  std::atomic<bool> http_done{false};                // listen_after_bind returned
   std::shared_ptr<parallel::tp::TensorParallel> tp;  // --tp > 1: this process leads the group
 };
 
@@ -257,7 +258,13 @@ ServeApp::ServeApp(ServeFlags flags) : state_(std::make_unique<State>()) {
 }
 
 ServeApp::~ServeApp() {
-  state_->http.stop();
+  // httplib's stop() does nothing until the listener has begun listening, and a model can fail
+  // to load before it has (a missing path fails in a millisecond): stopped once, the join then
+  // waited forever (2 of 3 `serve --model /nonexistent` hung). So stop until it has returned.
+  while (state_->http_thread.joinable() && !state_->http_done.load()) {
+    state_->http.stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   if (state_->http_thread.joinable()) state_->http_thread.join();
 }
 
@@ -279,7 +286,11 @@ int ServeApp::listen() {
       f.port == 0 ? (port = svr.bind_to_any_port(f.host)) > 0 : svr.bind_to_port(f.host, f.port);
   TESSERA_CHECK(bound, "serve: cannot listen on ", f.host, ":", f.port,
                 " (in use, or not an address of this machine)");
-  state_->http_thread = std::thread([&svr] { svr.listen_after_bind(); });
+  State* state = state_.get();
+  state_->http_thread = std::thread([state] {
+    state->http.listen_after_bind();
+    state->http_done = true;
+  });
   return port;
 }
 
