@@ -24,6 +24,7 @@
 #include "tessera/train/detail/device.h"
 #include "tessera/train/detail/layout_engine.h"
 #include "tessera/train/detail/snapshot_staging.h"  // ~Trainer destroys the staging
+#include "tessera/train/run_lock.h"                 // ~Trainer releases the lock
 #include "tessera/train/tensorboard.h"
 #include "tessera/train/world.h"
 
@@ -249,6 +250,7 @@ void Trainer::init_common() {
            "(several ranks, or --checkpoint-format sharded) and the node-local tier; this run ",
            "saves gathered ones only");
   fs::create_directories(o.run_dir);
+  take_run_lock();
   // Every rank's flight recorder dumps into <run_dir>/flight when a call fails, a peer asks
   // or SIGUSR2 comes (parallel/comm/flight_watch.h); `tessera diagnose` merges the dumps.
   if (world_->size() > 1)
@@ -401,6 +403,23 @@ double Trainer::evaluate() {
   return validation_loss(*val_, options_, [&](const data::Batch& b) {
     return engine_->evaluate(b.inputs, b.targets);
   });
+}
+
+void Trainer::take_run_lock() {
+  // Rank 0 takes it; every rank learns whether it could, so that all refuse together rather
+  // than the others waiting for rank 0 in their first collective.
+  std::string holder;
+  if (world_->rank() == 0) run_lock_ = RunLock::take(options_.run_dir, &holder);
+  bool held_elsewhere = !holder.empty();
+  if (world_->size() > 1) {
+    Tensor flag = from_vector<double>({held_elsewhere ? 1.0 : 0.0}, Shape{1});
+    world_->all_reduce(flag, parallel::CommOp::max);
+    held_elsewhere = flag.item<double>() > 0;
+  }
+  if (held_elsewhere)
+    refuse(holder.empty() ? str_cat("rank 0 found another job in ", options_.run_dir) : holder,
+           "; two jobs would write one set of checkpoints. Wait for it, stop it, or give ",
+           "another --run-dir");
 }
 
 bool Trainer::agree_on_stop(const std::atomic<bool>* stop) {

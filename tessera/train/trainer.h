@@ -70,6 +70,7 @@ class FlightWatch;
 namespace tessera::train {
 
 class SnapshotStaging;  // detail/snapshot_staging.h
+class RunLock;          // run_lock.h
 
 // A layout that does not fit the model, the batch or the ranks, or an option that cannot apply
 // to the run: one line, raised on every rank before any collective.
@@ -169,6 +170,7 @@ class Trainer {
   void trace_step(int64_t begin_us, const PhaseTimes& phases, bool traced_inside, double loss);
   std::vector<RankMetrics> gather_rank_metrics(const EngineStep& s, const PhaseTimes& phases);
   bool agree_on_stop(const std::atomic<bool>* stop);
+  void take_run_lock();
   // What a checkpoint's state.json (or manifest) holds besides the tensors.
   // `durable`: a checkpoint another directory may load, which carries the tokenizer itself
   // (data::tokenizer_record); a node-local set, read only by this run, does not.
@@ -200,6 +202,7 @@ class Trainer {
 
   TrainOptions options_;
   std::shared_ptr<parallel::Communicator> world_;
+  std::unique_ptr<RunLock> run_lock_;  // rank 0's: one job per run directory
   Device device_ = Device::cpu();
   std::unique_ptr<data::Tokenizer> tokenizer_;
   nlohmann::json tokenizer_record_;  // tokenizer_ as a checkpoint records it

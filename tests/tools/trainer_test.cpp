@@ -3,6 +3,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include "support/error_of.h"
@@ -409,11 +410,11 @@ TEST(Trainer, InitFromStartsAtTheImportedWeights) {
   TrainOptions o = tiny_options(dir, "init");
   o.init_from = dir / "hf";
   o.model_overrides = {{"dropout", 0.2}, {"n_layer", 2}};  // n_layer: what the weights say
-  Trainer imported(o);
-  EXPECT_EQ(imported.model_config().n_layer, 2);
-  EXPECT_EQ(imported.model_config().n_embd, 32);
-  EXPECT_EQ(imported.model_config().dropout, 0.2);  // HF weights record none: 0 without it
-  const nn::StateDict state = imported.full_state();
+  auto imported = std::make_unique<Trainer>(o);
+  EXPECT_EQ(imported->model_config().n_layer, 2);
+  EXPECT_EQ(imported->model_config().n_embd, 32);
+  EXPECT_EQ(imported->model_config().dropout, 0.2);  // HF weights record none: 0 without it
+  const nn::StateDict state = imported->full_state();
   const std::map<std::string, Tensor> start(state.begin(), state.end());
   ASSERT_EQ(start.size(), exported.size());
   const int64_t vocab = source.model_config().vocab_size;  // the padding rows are not exported
@@ -425,6 +426,7 @@ TEST(Trainer, InitFromStartsAtTheImportedWeights) {
     };
     EXPECT_EQ(values(start.at(name)), values(t)) << name;
   }
+  imported.reset();  // one trainer per run directory at a time (run_lock.h)
 
   using tessera::testing::error_of;
   o.model_overrides = {{"n_layer", 6}};
@@ -486,18 +488,39 @@ TEST(Trainer, ResumeRefusesAModelTheCheckpointDoesNotHold) {
   TrainOptions same = o;
   same.max_steps = 4;
   same.model_overrides["dropout"] = 0.3;
-  Trainer resumed(same);
-  EXPECT_EQ(resumed.model_config().dropout, 0.3);
-  EXPECT_EQ(resumed.model_config().n_layer, 2);
-  EXPECT_EQ(resumed.steps_done(), 3);
-  resumed.fit(&quiet);
-  EXPECT_EQ(resumed.steps_done(), 4);
+  {
+    Trainer resumed(same);
+    EXPECT_EQ(resumed.model_config().dropout, 0.3);
+    EXPECT_EQ(resumed.model_config().n_layer, 2);
+    EXPECT_EQ(resumed.steps_done(), 3);
+    resumed.fit(&quiet);
+    EXPECT_EQ(resumed.steps_done(), 4);
+  }
   same.max_steps = 3;  // the run is past it: nothing to do, and it says so
   std::ostringstream past;
   Trainer(same).fit(&past);
   EXPECT_NE(past.str().find("nothing to train: the run is at step 4, --max-steps is 3"),
             std::string::npos)
       << past.str();
+}
+
+// One job per run directory: while a trainer holds it, a second is refused in one line (two
+// wrote one set of checkpoints and one metrics.jsonl); once the first ends, it may start.
+TEST(Trainer, OneJobPerRunDirectory) {
+  ScratchDir dir;
+  write_corpus_shards(dir);
+  const TrainOptions o = tiny_options(dir, "run");
+  auto first = std::make_unique<Trainer>(o);
+  const std::string second = tessera::testing::error_of([&] { Trainer{o}; });
+  EXPECT_NE(second.find("tessera train: another tessera train is writing to " + o.run_dir +
+                        " (it holds " + o.run_dir + "/train.lock"),
+            std::string::npos)
+      << second;
+  EXPECT_NE(second.find("two jobs would write one set of checkpoints"), std::string::npos);
+  TrainOptions elsewhere = tiny_options(dir, "other");  // another directory is another job
+  EXPECT_NO_THROW(Trainer{elsewhere});
+  first.reset();
+  EXPECT_NO_THROW(Trainer{o});
 }
 
 TEST(Trainer, ThreadsBeyondAnyMachineAreRefused) {
