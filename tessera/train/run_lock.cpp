@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "tessera/core/error.h"
 
@@ -16,8 +18,16 @@ std::unique_ptr<RunLock> RunLock::take(const std::string& run_dir, std::string* 
   const std::string path = (std::filesystem::path(run_dir) / "train.lock").string();
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   TESSERA_CHECK(fd >= 0, "train: cannot open ", path, ": ", std::strerror(errno));
-  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return std::unique_ptr<RunLock>(new RunLock(fd));
-  const int error = errno;
+  // A job killed just before this one (a restart by `tessera launch`) may still be exiting:
+  // its lock goes with its last breath, so wait a moment before calling it a second job.
+  const auto deadline = std::chrono::steady_clock::now() + kWaitForExit;
+  int error = 0;
+  while (true) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return std::unique_ptr<RunLock>(new RunLock(fd));
+    error = errno;
+    if (error != EWOULDBLOCK || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   ::close(fd);
   if (error == EWOULDBLOCK) {
     *holder = str_cat("another tessera train is writing to ", run_dir, " (it holds ", path,

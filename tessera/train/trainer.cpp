@@ -416,10 +416,12 @@ void Trainer::take_run_lock() {
     world_->all_reduce(flag, parallel::CommOp::max);
     held_elsewhere = flag.item<double>() > 0;
   }
-  if (held_elsewhere)
-    refuse(holder.empty() ? str_cat("rank 0 found another job in ", options_.run_dir) : holder,
-           "; two jobs would write one set of checkpoints. Wait for it, stop it, or give ",
-           "another --run-dir");
+  // Not a LayoutError (exit status 2, which `tessera launch` never retries): under a
+  // supervisor the holder is a killed attempt that outlived the wait, and the next try passes.
+  TESSERA_CHECK(!held_elsewhere, "tessera train: ",
+                holder.empty() ? str_cat("rank 0 found another job in ", options_.run_dir) : holder,
+                "; two jobs would write one set of checkpoints. Wait for it, stop it, or give ",
+                "another --run-dir");
 }
 
 bool Trainer::agree_on_stop(const std::atomic<bool>* stop) {
