@@ -418,7 +418,7 @@ void Trainer::take_run_lock() {
   }
   // Not a LayoutError (exit status 2, which `tessera launch` never retries): under a
   // supervisor the holder is a killed attempt that outlived the wait, and the next try passes.
-  TESSERA_CHECK(!held_elsewhere, "tessera train: ",
+  TESSERA_CHECK(!held_elsewhere, "train: ",
                 holder.empty() ? str_cat("rank 0 found another job in ", options_.run_dir) : holder,
                 "; two jobs would write one set of checkpoints. Wait for it, stop it, or give ",
                 "another --run-dir");

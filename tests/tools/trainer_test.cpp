@@ -504,16 +504,17 @@ TEST(Trainer, ResumeRefusesAModelTheCheckpointDoesNotHold) {
       << past.str();
 }
 
-// One job per run directory: while a trainer holds it, a second is refused in one line (two
-// wrote one set of checkpoints and one metrics.jsonl); once the first ends, it may start.
+// One job per run directory: while a trainer holds it, a second is refused in one line after
+// waiting RunLock::kWaitForExit (two wrote one set of checkpoints and one metrics.jsonl); once
+// the first ends, it may start.
 TEST(Trainer, OneJobPerRunDirectory) {
   ScratchDir dir;
   write_corpus_shards(dir);
   const TrainOptions o = tiny_options(dir, "run");
   auto first = std::make_unique<Trainer>(o);
   const std::string second = tessera::testing::error_of([&] { Trainer{o}; });
-  EXPECT_NE(second.find("tessera train: another tessera train is writing to " + o.run_dir +
-                        " (it holds " + o.run_dir + "/train.lock"),
+  EXPECT_NE(second.find("train: another tessera train is writing to " + o.run_dir + " (it holds " +
+                        o.run_dir + "/train.lock"),
             std::string::npos)
       << second;
   EXPECT_NE(second.find("two jobs would write one set of checkpoints"), std::string::npos);
