@@ -83,6 +83,8 @@ refused "--output run is in a run directory (it holds checkpoints/), whose files
 step=$(ls -d run/checkpoints/step_* | head -1)
 refused "--output $step is a checkpoint directory" ckpt quantize run --to int8 --output "$step"
 refused "--output $step/model.safetensors is in a checkpoint directory" ckpt convert run --to safetensors --output "$step/model.safetensors"
+refused "--output $step/state.json is in a checkpoint directory" tokenizer train --input text --output "$step/state.json"
+refused "--output run/tokenizer.json is in a run directory" tokenizer train --input text --output run/tokenizer.json
 [ "$(cd run && find . -type f | sort | xargs md5sum)" = "$before" ] || fail "a refused ckpt command changed the run"
 [ ! -e hf ] && [ ! -e q ] || fail "a refused ckpt command wrote its output"
 echo "generate_cli_test: --stop, --prompts-file (batched = alone), --device cuda-sim (= CPU), refusals (generate and ckpt)"

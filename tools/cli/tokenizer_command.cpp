@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
+#include "cli/ckpt_output.h"
 #include "cli/commands.h"
 #include "cli/live_line.h"
 #include "tessera/core/file_io.h"
@@ -22,6 +24,10 @@ struct TokenizerFlags {
 };
 
 void run_train(const TokenizerFlags& f) {
+  // Not into a run or checkpoint directory: one written over a checkpoint's state.json was
+  // taken without a word (ckpt_output.h).
+  check_export_dir(std::filesystem::path(f.output).parent_path().string(), f.output,
+                   "tokenizer train");
   std::vector<std::string> files = data::list_input_files(f.inputs, f.extensions);
   TESSERA_CHECK(!files.empty(), "tokenizer train: no input files matched");
   // On a terminal, a live line: files read, then merges made of the most there can be.
