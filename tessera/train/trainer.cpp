@@ -410,12 +410,7 @@ void Trainer::take_run_lock() {
   // than the others waiting for rank 0 in their first collective.
   std::string holder;
   if (world_->rank() == 0) run_lock_ = RunLock::take(options_.run_dir, &holder);
-  bool held_elsewhere = !holder.empty();
-  if (world_->size() > 1) {
-    Tensor flag = from_vector<double>({held_elsewhere ? 1.0 : 0.0}, Shape{1});
-    world_->all_reduce(flag, parallel::CommOp::max);
-    held_elsewhere = flag.item<double>() > 0;
-  }
+  const bool held_elsewhere = any_rank(!holder.empty());
   // Not a LayoutError (exit status 2, which `tessera launch` never retries): under a
   // supervisor the holder is a killed attempt that outlived the wait, and the next try passes.
   TESSERA_CHECK(!held_elsewhere, "train: ",
@@ -424,12 +419,15 @@ void Trainer::take_run_lock() {
                 "another --run-dir");
 }
 
-bool Trainer::agree_on_stop(const std::atomic<bool>* stop) {
-  const bool mine = stop != nullptr && stop->load();
+bool Trainer::any_rank(bool mine) {
   if (world_->size() == 1) return mine;
   Tensor flag = from_vector<double>({mine ? 1.0 : 0.0}, Shape{1});
   world_->all_reduce(flag, parallel::CommOp::max);
   return flag.item<double>() > 0;
+}
+
+bool Trainer::agree_on_stop(const std::atomic<bool>* stop) {
+  return any_rank(stop != nullptr && stop->load());
 }
 
 void Trainer::trace_step(int64_t begin_us, const PhaseTimes& phases, bool traced_inside,
@@ -549,11 +547,12 @@ FitResult Trainer::fit(std::ostream* out, const std::atomic<bool>* stop) {
       // Past 100% the stated peak is wrong, not the run: said once rather than shown as fact.
       if (out != nullptr && m.mfu > 1 && !mfu_warned) {
         mfu_warned = true;
-        *out << "warning: step " << m.step << " ran at " << std::setprecision(4)
-             << m.mfu * peak_gflops_ << " GFLOP/s, " << 100 * m.mfu << "% of the peak of "
-             << peak_text_ << "; MFU above 100% means that peak is too low (--peak-gflops is "
-             << "one rank's dense peak for the precision)\n"
-             << std::setprecision(6);
+        std::ostringstream w;  // four digits here, the caller's stream left as it was
+        w << std::setprecision(4) << "warning: step " << m.step << " ran at "
+          << m.mfu * peak_gflops_ << " GFLOP/s, " << 100 * m.mfu << "% of the peak of "
+          << peak_text_ << "; MFU above 100% means that peak is too low (--peak-gflops is one "
+          << "rank's dense peak for the precision)\n";
+        *out << w.str();
       }
       if (live) {
         const double elapsed = seconds_since(fit_start);

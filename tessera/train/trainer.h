@@ -169,6 +169,8 @@ class Trainer {
   // after the last traced step.
   void trace_step(int64_t begin_us, const PhaseTimes& phases, bool traced_inside, double loss);
   std::vector<RankMetrics> gather_rank_metrics(const EngineStep& s, const PhaseTimes& phases);
+  // Whether `mine` holds on any rank (one all-reduce; no collective on one process).
+  bool any_rank(bool mine);
   bool agree_on_stop(const std::atomic<bool>* stop);
   void take_run_lock();
   // What a checkpoint's state.json (or manifest) holds besides the tensors.

@@ -32,8 +32,8 @@ bool launched_by_mpi() {
 // its command rather than wrapped, as CLI11 wraps one given to an unsigned option.
 void refuse_integers_out_of_range(CLI::App& app) {
   for (CLI::Option* option : app.get_options()) {
-    TESSERA_CHECK(option->get_type_name() != "UINT", "tessera: ", option->get_name(),
-                  " is unsigned; declare it signed");
+    TESSERA_CHECK(option->get_type_name() != "UINT", "option ", option->get_name(),
+                  " is unsigned, which CLI11 wraps a negative value into; declare it signed");
     if (option->get_type_name() != "INT") continue;
     option->check(CLI::Validator(
         [](std::string& text) -> std::string {
