@@ -135,6 +135,45 @@ TEST(Cli, LaunchRefusesSizesNoJobHas) {
           "--dump-window must be between 0 and 3600 seconds, got 1e+300");
   refused({}, {"mpiexec", "tessera", "train", "--dp", "100000", "--tp", "100000"},
           "the job's --dp x --tp x --pp is 1e+10; one supervisor watches 1 to 1048576 ranks");
+  // Given, 0 was taken as "from the command", and inf as a hang never to be noticed.
+  refused({"--ranks", "0"}, {"true"}, "--ranks must be in [1, 1048576], got 0");
+  refused({"--heartbeat-timeout", "inf"}, {"true"},
+          "--heartbeat-timeout must be a positive number of seconds, got inf");
+}
+
+// A program that cannot be run fails the same on every try: launch says so once and stops.
+// Before, it exited 127 from the child and was restarted --max-restarts times.
+TEST(Cli, LaunchDoesNotRestartAJobItCannotRun) {
+  ScratchDir dir;
+  const Result r = run_cli({"launch", "--max-restarts", "3", "--ranks", "1", "--", dir / "nosuch",
+                            "--run-dir", dir / "run"},
+                           dir);
+  EXPECT_EQ(r.code, 127) << r.out << r.err;
+  EXPECT_NE(
+      r.out.find("cannot run " + (dir / "nosuch") + ": No such file or directory; not restarting"),
+      std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("attempt 2"), std::string::npos) << r.out;
+}
+
+// A script hides the job's flags. Its run directory is the one --run-dir names (before, it was
+// refused as differing from train's default, which the script may not use), and what launch
+// cannot read from it is said rather than assumed in silence.
+TEST(Cli, LaunchTakesAScriptsRunDirectoryFromItsFlag) {
+  ScratchDir dir;
+  const Result r = run_cli({"launch", "--run-dir", dir / "run", "--", "sh", "-c", "exit 0"}, dir);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir / "run/launch.lock"));
+  EXPECT_NE(r.out.find("the job does not run tessera train itself; assuming 1 rank (give --ranks "
+                       "to say otherwise)"),
+            std::string::npos)
+      << r.out;
+  // tessera train itself without --run-dir writes runs/default: another --run-dir contradicts it.
+  const Result direct =
+      run_cli({"launch", "--run-dir", dir / "run", "--", "mpiexec", "tessera", "train"}, dir, "d");
+  EXPECT_EQ(direct.code, 1);
+  EXPECT_NE(direct.err.find("differs from the job's runs/default"), std::string::npos)
+      << direct.err;
 }
 
 // tessera schedule dry-runs a schedule and reports it sound; a tied embedding on one stage,

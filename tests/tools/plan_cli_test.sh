@@ -70,6 +70,13 @@ refused "--gpus applies to a plan, and --calibrate without --model prints the ca
   --calibrate "$dir" --gpus 8
 out=$("$tessera" plan --model gpt2-d12 --gpus 8 --gpu h100 --tokens 1B) || fail "a short run: $out"
 echo "$out" | grep -Eq "failures expected over the 0\.00[0-9]+ days$" || fail "a short run's days: $out"
+# A sequence past the model's context is planned with the context extended, and said: a GPT-2's
+# learned table grows by (4096 - 1024) x 768 = 2,359,296; a Llama's rotary positions add none.
+out=$("$tessera" plan --model gpt2-d12 --gpus 8 --seq-len 4096) || fail "a longer context: $out"
+echo "$out" | grep -qF "plan: --seq-len 4096 is past gpt2-d12's context of 1024; planned with the context extended to 4096 (learned positions: 2359296 more parameters)" ||
+  fail "a longer context, unsaid: $out"
+out=$("$tessera" plan --model llama-7b-like --gpus 8 --seq-len 8192) || fail "a longer context: $out"
+echo "$out" | grep -qF "(rotary positions: no parameter added)" || fail "rotary context: $out"
 echo "plan_cli_test: plan, json, svg and refusals"
 
 [ -n "$mpiexec" ] || exit 0

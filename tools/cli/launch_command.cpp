@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/supervisor.h"
+#include "tessera/core/error.h"
 
 namespace tessera::cli {
 
@@ -24,11 +25,17 @@ void add_launch_command(CLI::App& app) {
                   "killing it (default 30)");
   cmd->add_option("--run-dir", o->run_dir,
                   "the job's run directory (default: the command's --run-dir or config)");
-  cmd->add_option("--ranks", o->ranks,
-                  "ranks that send heartbeats (default: --dp * --tp * --pp of the command)");
+  CLI::Option* ranks =
+      cmd->add_option("--ranks", o->ranks,
+                      "ranks that send heartbeats (default: --dp * --tp * --pp of the command)");
   cmd->add_option("command", o->command, "the job: a launcher (mpiexec, srun) or tessera train")
       ->required();
-  cmd->callback([o] { exit_code() = supervise(*o, std::cout); });
+  cmd->callback([o, ranks] {
+    // 0 is the options' "from the command"; given, it is a size no job has.
+    TESSERA_CHECK(ranks->count() == 0 || o->ranks >= 1, "tessera launch: --ranks must be in [1, ",
+                  kMaxLaunchRanks, "], got ", o->ranks);
+    exit_code() = supervise(*o, std::cout);
+  });
 }
 
 }  // namespace tessera::cli

@@ -186,7 +186,19 @@ plan::Workload workload_of(const PlanFlags& f) {
   TESSERA_CHECK(w.model.n_head % w.model.n_kv_head == 0, "plan: ", w.model.n_head,
                 " heads are not a multiple of ", w.model.n_kv_head, " kv heads");
   w.seq_len = f.seq_len > 0 ? f.seq_len : std::min<int64_t>(w.model.block_size, 4096);
-  if (f.seq_len > w.model.block_size) w.model.block_size = f.seq_len;  // a longer context
+  if (f.seq_len > w.model.block_size) {
+    // A longer context than the model's: planned as asked, and said, since a learned position
+    // table grows with it (a GPT-2 at 1024 cannot be trained at 4096 without that).
+    const int64_t context = w.model.block_size, before = plan::parameter_count(w.model);
+    w.model.block_size = f.seq_len;
+    const int64_t added = plan::parameter_count(w.model) - before;
+    std::cout << "plan: --seq-len " << f.seq_len << " is past " << f.model << "'s context of "
+              << context << "; planned with the context extended to " << f.seq_len
+              << (w.model.position == nn::PositionKind::learned
+                      ? str_cat(" (learned positions: ", added, " more parameters)")
+                      : std::string(" (rotary positions: no parameter added)"))
+              << "\n";
+  }
   TESSERA_CHECK(f.global_batch == 0 || f.batch_tokens.empty(),
                 "plan: give the global batch once: --global-batch (sequences) or --batch-tokens");
   if (!f.batch_tokens.empty()) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -153,11 +154,23 @@ void kill_job(pid_t pid, const std::vector<Beat>& beats, bool reap) {
   if (reap) ::waitpid(pid, nullptr, 0);
 }
 
-pid_t start_job(const std::vector<std::string>& command, const std::string& heartbeat_dir,
-                int attempt) {
+// A started job, or why its command could not be run at all.
+struct StartedJob {
+  pid_t pid = -1;
+  int exec_errno = 0;  // execvp's errno: no such program, or not executable
+};
+
+StartedJob start_job(const std::vector<std::string>& command, const std::string& heartbeat_dir,
+                     int attempt) {
+  // The child reports a failed execvp through a close-on-exec pipe: a successful exec closes it
+  // unwritten. Before, a missing program exited 127 and was restarted --max-restarts times.
+  int report[2];
+  TESSERA_CHECK(::pipe2(report, O_CLOEXEC) == 0,
+                "tessera launch: pipe failed: ", std::strerror(errno));
   const pid_t pid = ::fork();
   TESSERA_CHECK(pid >= 0, "tessera launch: fork failed: ", std::strerror(errno));
   if (pid == 0) {
+    ::close(report[0]);
     ::setpgid(0, 0);  // the job's own group: one kill reaches all of it
     for (int sig : {SIGTERM, SIGUSR1, SIGINT}) std::signal(sig, SIG_DFL);
     ::setenv("TESSERA_HEARTBEAT_DIR", heartbeat_dir.c_str(), 1);
@@ -166,11 +179,28 @@ pid_t start_job(const std::vector<std::string>& command, const std::string& hear
     for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     ::execvp(argv[0], argv.data());
-    std::fprintf(stderr, "tessera launch: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    const int err = errno;
+    [[maybe_unused]] const ssize_t n = ::write(report[1], &err, sizeof err);
     std::_Exit(127);
   }
+  ::close(report[1]);
   ::setpgid(pid, pid);  // also here, so the group exists before the first kill
-  return pid;
+  StartedJob job{pid, 0};
+  ssize_t n;
+  do n = ::read(report[0], &job.exec_errno, sizeof job.exec_errno);
+  while (n < 0 && errno == EINTR);
+  if (n != ssize_t(sizeof job.exec_errno)) job.exec_errno = 0;
+  ::close(report[0]);
+  if (job.exec_errno != 0) ::waitpid(pid, nullptr, 0);
+  return job;
+}
+
+// Whether the command runs `tessera train` itself (directly or under a launcher), so that its
+// flags, or their defaults, are the job's; a script that runs it hides them.
+bool runs_tessera_train(const std::vector<std::string>& command) {
+  for (size_t i = 0; i + 1 < command.size(); ++i)
+    if (fs::path(command[i]).filename() == "tessera" && command[i + 1] == "train") return true;
+  return false;
 }
 
 std::string describe_status(int status) {
@@ -212,16 +242,23 @@ int supervise(LaunchOptions o, std::ostream& out) {
                                     "-- mpiexec -n 4 tessera train ...)");
   TESSERA_CHECK(o.max_restarts >= 0, "tessera launch: --max-restarts must be >= 0, got ",
                 o.max_restarts);
-  TESSERA_CHECK(o.heartbeat_timeout > 0, "tessera launch: --heartbeat-timeout must be positive, "
-                                         "got ", o.heartbeat_timeout);
+  TESSERA_CHECK(o.heartbeat_timeout > 0 && std::isfinite(o.heartbeat_timeout),
+                "tessera launch: --heartbeat-timeout must be a positive number of seconds, got ",
+                o.heartbeat_timeout);
   // The bound train's --dump-window has: past an hour a stuck job is not worth its GPUs.
   TESSERA_CHECK(o.dump_window >= 0 && o.dump_window <= 3600,
                 "tessera launch: --dump-window must be between 0 and 3600 seconds, got ",
                 o.dump_window);
-  const std::string job_run_dir = job_setting(o.command, "run_dir", "runs/default");
-  TESSERA_CHECK(o.run_dir.empty() || fs::path(o.run_dir) == fs::path(job_run_dir),
-                "tessera launch: --run-dir ", o.run_dir, " differs from the job's ", job_run_dir);
-  if (o.run_dir.empty()) o.run_dir = job_run_dir;
+  // The job's run directory: its flag or config key; else train's default when the command
+  // runs tessera train itself; else (a script) only what --run-dir says.
+  const bool direct = runs_tessera_train(o.command);
+  const std::string job_run_dir = job_setting(o.command, "run_dir", direct ? "runs/default" : "");
+  TESSERA_CHECK(
+      o.run_dir.empty() || job_run_dir.empty() || fs::path(o.run_dir) == fs::path(job_run_dir),
+      "tessera launch: --run-dir ", o.run_dir, " differs from the job's ", job_run_dir);
+  const bool assumed_run_dir = o.run_dir.empty() && job_run_dir.empty();
+  const bool assumed_ranks = o.ranks == 0 && !direct;
+  if (o.run_dir.empty()) o.run_dir = job_run_dir.empty() ? "runs/default" : job_run_dir;
   if (o.ranks == 0) {
     double ranks = 1;
     for (const char* axis : {"dp", "tp", "pp"})
@@ -275,6 +312,17 @@ int supervise(LaunchOptions o, std::ostream& out) {
     }
   } restore{previous, stop_signals};
 
+  // A script hides the job's flags: say what is assumed, rather than watch it in silence.
+  if (assumed_run_dir || assumed_ranks) {
+    const std::string dir = assumed_run_dir ? "its run directory " + o.run_dir : "";
+    const std::string ranks =
+        assumed_ranks ? str_cat(o.ranks, " rank", o.ranks > 1 ? "s" : "") : "";
+    const char* both = assumed_run_dir && assumed_ranks ? " and " : "";
+    out << "tessera launch: the job does not run tessera train itself; assuming " << dir << both
+        << ranks << " (give " << (assumed_run_dir ? "--run-dir" : "") << both
+        << (assumed_ranks ? "--ranks" : "") << " to say otherwise)\n";
+  }
+
   int64_t step_reached = -1;
   std::string last_cause;
   int last_code = 1;
@@ -287,7 +335,14 @@ int supervise(LaunchOptions o, std::ostream& out) {
         << o.ranks << " rank" << (o.ranks > 1 ? "s" : "") << ", heartbeat timeout "
         << o.heartbeat_timeout << " s\n"
         << std::flush;
-    const pid_t pid = start_job(o.command, heartbeat_dir, attempt);
+    const StartedJob job = start_job(o.command, heartbeat_dir, attempt);
+    if (job.exec_errno != 0) {
+      // The same on every try: not worth a restart.
+      out << "tessera launch: cannot run " << o.command[0] << ": " << std::strerror(job.exec_errno)
+          << "; not restarting\n";
+      return 127;
+    }
+    const pid_t pid = job.pid;
     const Clock::time_point started = Clock::now();
     std::vector<Beat> beats(size_t(o.ranks));
     int forwarded = 0;

@@ -7,6 +7,7 @@
 //   start ──> watch ──(exit 0)──> done
 //               │ (exit 75/130: preempted or interrupted) ──> exit with it, for the scheduler
 //               │ (exit 2: cannot run here) ──> exit 2, no restart
+//               │ (the program cannot be started) ──> exit 127, no restart
 //               │ (other exit, or a rank silent past the heartbeat timeout)
 //               v
 //     stuck? SIGUSR2 to every rank, wait the dump window ──> SIGKILL the whole job
@@ -32,8 +33,8 @@ inline constexpr int kMaxLaunchRanks = 1 << 20;
 
 struct LaunchOptions {
   std::vector<std::string> command;  // the job: argv of a launcher or of tessera train itself
-  std::string run_dir;               // "": the command's --run-dir
-  int ranks = 0;                     // 0: dp * tp * pp from the command's flags
+  std::string run_dir;               // "": the command's --run-dir (or train's default)
+  int ranks = 0;                     // 0: dp * tp * pp from the command's flags (1 for a script)
   int max_restarts = 3;
   double heartbeat_timeout = 900;  // seconds a rank may go without a beat
   double dump_window = 30;         // seconds between SIGUSR2 and SIGKILL
