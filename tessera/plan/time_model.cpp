@@ -79,10 +79,18 @@ PipelineTime pipeline_time(int p, int v, int m, double t_f, double t_b, double s
   return out;
 }
 
-Link group_link(int size, int stride, const GpuSpec& g) {
+bool inside_one_node(int64_t span, int64_t world, int gpus_per_node) {
+  // Groups tile the world in aligned blocks of `span`; when the span neither divides a node nor
+  // exceeds it, the block holding the node's last rank also holds the next node's first.
+  return world <= gpus_per_node || (span <= gpus_per_node && gpus_per_node % span == 0);
+}
+
+Link group_link(int size, int stride, int64_t world, const GpuSpec& g) {
   const int gpn = g.gpus_per_node;
-  if (int64_t(size) * stride <= gpn) return {g.nvlink_gbps, g.nvlink_latency_us};
-  const int per_node = std::clamp(gpn / std::max(stride, 1), 1, size);
+  const int64_t span = int64_t(size) * stride;
+  if (inside_one_node(span, world, gpn)) return {g.nvlink_gbps, g.nvlink_latency_us};
+  // A span below a node that straddles a boundary may leave one member on a side.
+  const int per_node = span < gpn ? 1 : std::clamp(gpn / std::max(stride, 1), 1, size);
   return {std::min(g.nvlink_gbps, per_node * g.network_gbps), g.network_latency_us};
 }
 
@@ -97,12 +105,13 @@ TimeEstimate estimate_time(const Workload& w, const Layout& l, const GpuSpec& g,
   const double flop_rate = g.bf16_tflops * 1e12 * g.gemm_efficiency;
   const double gemm_rate = engine.fp8_gemms ? g.fp8_tflops * 1e12 * g.gemm_efficiency : flop_rate;
   const double byte_rate = g.hbm_gbps * 1e9 * g.memory_efficiency;
-  const Link tp_link = group_link(l.tp, 1, g);
+  const int64_t world = int64_t(l.dp) * l.tp * l.pp;
+  const Link tp_link = group_link(l.tp, 1, world, g);
   // One pair of neighbours: one NIC each way (a split send uses each tp rank's own).
-  const Link pp_link = int64_t(l.tp) * l.pp <= g.gpus_per_node
+  const Link pp_link = inside_one_node(int64_t(l.tp) * l.pp, world, g.gpus_per_node)
                            ? Link{g.nvlink_gbps, g.nvlink_latency_us}
                            : Link{g.network_gbps, g.network_latency_us};
-  const Link dp_link = group_link(l.dp, l.tp * l.pp, g);
+  const Link dp_link = group_link(l.dp, l.tp * l.pp, world, g);
 
   // One block, one micro-batch, one tensor-parallel rank.
   const FlopsPerToken per_token = flops_per_token(m, w.seq_len);

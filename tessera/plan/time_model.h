@@ -13,9 +13,9 @@
 //
 // Groups follow the mesh order dp x pp x tp, tp fastest: a tp group is inside a node when tp
 // divides the GPUs per node; pipeline neighbours and dp groups cross nodes once tp x pp (resp.
-// tp x pp x dp) passes a node. Inside a node the link is NVLink. Across nodes a group with k
-// members on each node runs k channels, one per member's NIC (as NCCL does on DGX-class
-// nodes, one NIC per GPU), so its bandwidth is k NICs', at most NVLink's.
+// tp x pp x dp) passes a node or does not divide it. Inside a node the link is NVLink. Across nodes
+// a group with k members on each node runs k channels, one per member's NIC (as NCCL does on
+// DGX-class nodes, one NIC per GPU), so its bandwidth is k NICs', at most NVLink's.
 //
 // The pipeline: a rank runs m v chunk-forwards and chunk-backwards, and the schedule adds
 // p - 1 chunk-steps of fill and drain: (m v + p - 1)(t_f + t_b), which is what the dry-run
@@ -85,8 +85,15 @@ struct PipelineTime {
 PipelineTime pipeline_time(int p, int v, int m, double t_f, double t_b, double send,
                            bool p2p_every_step);
 
-// The link a group of `size` ranks, `stride` apart in the world, runs on.
-Link group_link(int size, int stride, const GpuSpec& gpu);
+// Whether every group whose members span `span` consecutive ranks (size x stride), in a world
+// of `world` ranks filling nodes in order, lies inside one node: the span divides a node, or
+// the whole world is one node. A tp3 group on 8-GPU nodes straddles one (ranks 6, 7, 8).
+bool inside_one_node(int64_t span, int64_t world, int gpus_per_node);
+
+// The link a group of `size` ranks, `stride` apart in a world of `world`, runs on: NVLink
+// inside one node; across nodes, as many NICs as the group has members on each node, or one
+// NIC where a group straddles a node boundary with members to spare on neither side.
+Link group_link(int size, int stride, int64_t world, const GpuSpec& gpu);
 
 struct TimeEstimate {
   double forward_chunk_s = 0, backward_chunk_s = 0;  // one micro-batch through one chunk

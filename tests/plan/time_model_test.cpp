@@ -27,12 +27,20 @@ TEST(Collectives, RingAndTreeCosts) {
 
 TEST(Collectives, GroupLinks) {
   const GpuSpec& g = GpuTable::builtin().find("a100-80gb");  // 8 per node, 300 / 25 GB/s
-  EXPECT_EQ(group_link(8, 1, g).gbps, 300);                  // tp8 inside a node
-  EXPECT_EQ(group_link(2, 4, g).gbps, 300);                  // dp2 over tp4: still one node
-  EXPECT_EQ(group_link(64, 8, g).gbps, 25);                  // one member per node: one NIC
-  EXPECT_EQ(group_link(64, 2, g).gbps, 100);                 // four per node: four NICs
-  EXPECT_EQ(group_link(64, 1, g).gbps, 200);                 // eight per node: eight NICs
-  EXPECT_EQ(group_link(64, 1, g).latency_us, g.network_latency_us);
+  EXPECT_EQ(group_link(8, 1, 512, g).gbps, 300);             // tp8 inside a node
+  EXPECT_EQ(group_link(2, 4, 8, g).gbps, 300);               // dp2 over tp4: still one node
+  EXPECT_EQ(group_link(64, 8, 512, g).gbps, 25);             // one member per node: one NIC
+  EXPECT_EQ(group_link(64, 2, 128, g).gbps, 100);            // four per node: four NICs
+  EXPECT_EQ(group_link(64, 1, 64, g).gbps, 200);             // eight per node: eight NICs
+  EXPECT_EQ(group_link(64, 1, 64, g).latency_us, g.network_latency_us);
+  // A span that does not divide a node straddles one: tp3 over 24 GPUs holds ranks 6, 7 and 8,
+  // two on one node and one on the next, whose one NIC carries the ring's crossing. Before, a
+  // span below a node was taken as inside it.
+  EXPECT_EQ(group_link(3, 1, 24, g).gbps, 25);
+  EXPECT_EQ(group_link(3, 1, 24, g).latency_us, g.network_latency_us);
+  EXPECT_EQ(group_link(2, 3, 24, g).gbps, 25);   // pp2 over tp3: ranks 6 and 9 are a pair
+  EXPECT_EQ(group_link(3, 1, 6, g).gbps, 300);   // the whole world on one node: inside
+  EXPECT_EQ(group_link(4, 1, 12, g).gbps, 300);  // 12 GPUs, 8 + 4: tp4 blocks still fit
 }
 
 // The analytic pipeline (and peak in-flight chunks) equal the dry-run simulator's for 1F1B and
