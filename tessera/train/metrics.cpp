@@ -3,9 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "tessera/core/error.h"
@@ -167,20 +170,55 @@ double flops_per_token(const nn::GPTConfig& config, int64_t seq_len) {
   return 6.0 * n + 12.0 * double(config.n_layer) * double(config.n_embd) * double(seq_len);
 }
 
+namespace {
+
+// The value of `key` in cpuinfo's first processor ("" if absent).
+std::string cpuinfo_value(const std::string& cpuinfo, const std::string& key) {
+  std::istringstream in(cpuinfo);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) break;  // the end of the first processor
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+    if (name != key) continue;
+    const size_t value = line.find_first_not_of(" \t", colon + 1);
+    return value == std::string::npos ? "" : line.substr(value);
+  }
+  return "";
+}
+
+}  // namespace
+
+int cpu_fp32_flops_per_cycle(const std::string& cpuinfo, std::string* isa) {
+  const std::string flags = " " + cpuinfo_value(cpuinfo, "flags") + " ";
+  auto has = [&](const char* f) { return flags.find(str_cat(" ", f, " ")) != std::string::npos; };
+  const bool amd = cpuinfo_value(cpuinfo, "vendor_id") == "AuthenticAMD";
+  const int family = std::atoi(cpuinfo_value(cpuinfo, "cpu family").c_str());
+  const int model = std::atoi(cpuinfo_value(cpuinfo, "model").c_str());
+  auto row = [&](int per_cycle, const char* name) {
+    if (isa) *isa = name;
+    return per_cycle;
+  };
+  if (has("avx512f")) {
+    if (amd && family == 25) return row(32, "AVX-512 on Zen 4's two 256-bit FMA pipes");
+    return row(64, "AVX-512 FMA, two 512-bit pipes");
+  }
+  if (has("avx2") && has("fma")) {
+    if (amd && family == 23 && model < 0x30) return row(16, "AVX2 on Zen's two 128-bit FMA pipes");
+    return row(32, "AVX2 FMA, two 256-bit pipes");
+  }
+  return row(8, "SSE, no FMA");
+}
+
 double cpu_peak_gflops(int threads, std::string* description) {
   std::ifstream in("/proc/cpuinfo");
-  std::string line, flags;
-  double mhz = 0;
-  while (std::getline(in, line)) {
-    if (mhz == 0 && line.rfind("cpu MHz", 0) == 0) {
-      auto colon = line.find(':');
-      if (colon != std::string::npos) mhz = std::atof(line.c_str() + colon + 1);
-    }
-    if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
-  }
-  auto has = [&](const char* f) { return flags.find(std::string(" ") + f) != std::string::npos; };
-  int per_cycle = has("avx512f") ? 64 : (has("avx2") && has("fma")) ? 32 : 8;
-  const char* isa = per_cycle == 64 ? "AVX-512 FMA" : per_cycle == 32 ? "AVX2 FMA" : "scalar";
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string cpuinfo = text.str();
+  double mhz = std::atof(cpuinfo_value(cpuinfo, "cpu MHz").c_str());
+  std::string isa;
+  const int per_cycle = cpu_fp32_flops_per_cycle(cpuinfo, &isa);
   if (mhz <= 0) mhz = 2000;  // no cpuinfo: say so below
   double peak = threads * mhz / 1000.0 * per_cycle;
   if (description) {

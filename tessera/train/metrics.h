@@ -100,9 +100,21 @@ std::string clock_text(double seconds);
 double flops_per_token(const nn::GPTConfig& config, int64_t seq_len);
 
 // The nominal fp32 peak of `threads` cores of this CPU in GFLOP/s: GHz (from /proc/cpuinfo)
-// times FLOPs per cycle (64 with AVX-512 FMA, 32 with AVX2 FMA, 8 otherwise). *description
-// receives how it was computed, for the startup banner.
+// times the core's fp32 FLOPs per cycle (cpu_fp32_flops_per_cycle). *description receives how
+// it was computed, for the startup banner.
 double cpu_peak_gflops(int threads, std::string* description);
+
+// A core's fp32 FLOPs per cycle, from /proc/cpuinfo's text (its first processor): the FMA
+// pipes' width times their count times 2, by vendor and family where the ISA alone misleads.
+//   AVX-512, Intel                    64  two 512-bit FMA ports (Xeon Gold 6xxx, Platinum;
+//                                         some Silver and Gold 5xxx parts have one: 32)
+//   AVX-512, AMD family 25 (Zen 4)    32  a 512-bit FMA issues over its two 256-bit pipes
+//   AVX-512, AMD family 26+ (Zen 5)   64  512-bit pipes
+//   AVX2 + FMA, AMD family 23, model < 0x30 (Zen, Zen+)  16  two 128-bit pipes
+//   AVX2 + FMA, otherwise             32  two 256-bit FMA pipes (Haswell on, Zen 2 and 3)
+//   neither                            8  SSE: a 4-wide multiply and add a cycle
+// *isa receives the row's name.
+int cpu_fp32_flops_per_cycle(const std::string& cpuinfo, std::string* isa);
 
 int64_t process_rss_bytes();
 

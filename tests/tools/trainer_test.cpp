@@ -444,6 +444,37 @@ TEST(Metrics, ClockTextAndProgressLine) {
             "step 37/1000 3.7% | loss 2.4512 | 12345 tok/s | elapsed 0:01:23 | ETA 0:35:10");
 }
 
+// MFU's CPU peak counts what the core's FMA pipes issue, not what its ISA names: Zen 4 runs
+// AVX-512 over two 256-bit pipes (32 fp32 FLOP/cycle; it was counted 64, which halved MFU on
+// it), Zen and Zen+ run AVX2 over two 128-bit pipes (16). Only the first processor is read.
+TEST(Metrics, CpuPeakCountsTheFmaPipesOfTheCore) {
+  auto cpu = [](const char* vendor, int family, int model, const char* flags) {
+    return str_cat("processor\t: 0\nvendor_id\t: ", vendor, "\ncpu family\t: ", family,
+                   "\nmodel\t\t: ", model, "\ncpu MHz\t\t: 2600.000\nflags\t\t: fpu sse2 ", flags,
+                   "\n\nprocessor\t: 1\nflags\t\t: fpu avx512f avx2 fma\n");
+  };
+  struct Case {
+    std::string cpuinfo;
+    int per_cycle;
+    const char* isa;
+  } cases[] = {
+      {cpu("AuthenticAMD", 25, 17, "avx2 fma avx512f avx512_vnni"), 32, "Zen 4"},
+      {cpu("AuthenticAMD", 26, 2, "avx2 fma avx512f"), 64, "two 512-bit pipes"},
+      {cpu("GenuineIntel", 6, 85, "avx2 fma avx512f avx512cd"), 64, "two 512-bit pipes"},
+      {cpu("AuthenticAMD", 25, 1, "avx2 fma"), 32, "two 256-bit pipes"},   // Zen 3
+      {cpu("AuthenticAMD", 23, 49, "avx2 fma"), 32, "two 256-bit pipes"},  // Zen 2 (0x31)
+      {cpu("AuthenticAMD", 23, 1, "avx2 fma"), 16, "Zen's two 128-bit"},   // Zen (0x01)
+      {cpu("GenuineIntel", 6, 63, "avx2 fma"), 32, "two 256-bit pipes"},   // Haswell
+      {cpu("GenuineIntel", 6, 63, "avx2"), 8, "SSE"},                      // no FMA flag
+      {cpu("GenuineIntel", 6, 63, "avx512fx"), 8, "SSE"},                  // a flag is a whole word
+  };
+  for (const Case& c : cases) {
+    std::string isa;
+    EXPECT_EQ(train::cpu_fp32_flops_per_cycle(c.cpuinfo, &isa), c.per_cycle) << c.cpuinfo;
+    EXPECT_NE(isa.find(c.isa), std::string::npos) << isa;
+  }
+}
+
 TEST(Metrics, TruncateDropsLaterAndTornLines) {
   ScratchDir dir;
   std::string path = dir / "m.jsonl";
