@@ -44,10 +44,30 @@ void Scheduler::preempt(const std::shared_ptr<Sequence>& sequence, Iteration& it
 Iteration Scheduler::schedule() {
   Iteration it;
   int64_t budget = limits_.max_batch_tokens;
-  const bool may_admit = !limits_.static_batching || running_.empty();
+  const bool may_admit = !limits_.static_batching;
+  if (limits_.static_batching && running_.empty()) {
+    // A static batch: up to max_running waiting requests form it at once, whatever this
+    // iteration's budget, and none joins until all of it has left. (Admitting only what fit
+    // one iteration's budget made a batch of 8 prompts of 45 tokens under a budget of 64 a
+    // batch of two.) Their blocks grow as their prompts are computed, below.
+    while (!waiting_.empty() && num_running() < limits_.max_running) {
+      it.admitted.push_back(waiting_.front()->id);
+      running_.push_back(waiting_.front());
+      waiting_.pop_front();
+    }
+  }
+  // A static batch computes its prompts but their last tokens first, then decodes together:
+  // its first decode iteration samples every sequence's first token, as a padded batch's one
+  // forward over its prompts would, so no TPOT holds another's prefill.
+  const bool prefilling =
+      limits_.static_batching &&
+      std::any_of(running_.begin(), running_.end(), [](const std::shared_ptr<Sequence>& s) {
+        return int64_t(s->tokens.size()) - s->computed > 1;
+      });
   // The length of a sequence's next segment within the budget; 0 when it must wait.
   auto segment_length = [&](const Sequence& s) {
-    const int64_t need = int64_t(s.tokens.size()) - s.computed;
+    const int64_t need = int64_t(s.tokens.size()) - s.computed - (prefilling ? 1 : 0);
+    if (need <= 0) return int64_t(0);
     if (limits_.chunked_prefill) return std::min(need, budget);
     return need <= budget ? need : int64_t(0);
   };

@@ -11,7 +11,10 @@
 //                  front of the queue; it recomputes its tokens when it returns)
 //               2. then, with nothing preempted, waiting sequences in arrival order, while
 //                  the budget (max_batch_tokens), max_running and the free blocks allow
-//                  (with static_batching, only into an empty running set)
+//
+// Static batching, the baseline: when the running set is empty, up to max_running waiting
+// sequences form a batch at once; its prompts fill the budget iteration by iteration, then
+// the batch decodes together until its last sequence ends, and only then does the next form.
 //
 // With chunked prefill a prompt longer than the budget left takes what is left and goes on
 // next iteration, so a long prompt never stalls the running decodes for more than one
@@ -30,9 +33,9 @@ struct SchedulerLimits {
   int64_t max_batch_tokens = 512;  // tokens in one iteration (decodes and prefill chunks)
   int64_t max_running = 32;        // sequences in the running set
   bool chunked_prefill = true;
-  // Static batching, the baseline continuous batching is measured against: waiting requests
-  // are admitted only when the running set is empty, so a batch runs until its longest
-  // sequence ends while finished slots stay idle.
+  // Static batching, the baseline continuous batching is measured against: max_running
+  // waiting requests form a batch when the running set is empty, prefill, and decode
+  // together until the longest ends, while finished slots stay idle.
   bool static_batching = false;
   // Throws naming the field.
   void validate() const;

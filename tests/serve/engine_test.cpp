@@ -135,6 +135,18 @@ TEST(Engine, ConcurrentGreedyEqualsAloneUnderPreemption) {
       true);
 }
 
+// Static batching, the benchmarks' baseline: whole batches of 5 whose prompts (all but their
+// last tokens) are split over iterations of 10 tokens, then decoded together, give the same
+// tokens as each request alone; arrivals mid-flight wait for the next batch.
+TEST(Engine, StaticBatchesEqualAlone) {
+  expect_concurrent_equals_alone(
+      longer(tiny_llama()),
+      {.num_blocks = 400,
+       .block_size = 3,
+       .limits = {.max_batch_tokens = 10, .max_running = 5, .static_batching = true}},
+      false);
+}
+
 // A Q8_0 model through the paged path: every linear layer runs ops::linear_q8, whose rows are
 // computed independently too.
 TEST(Engine, QuantizedModelServedEqualsAlone) {

@@ -171,6 +171,45 @@ TEST(Scheduler, StaticBatchingAdmitsOnlyIntoAnEmptyBatch) {
   EXPECT_EQ(s.schedule().admitted, (std::vector<int64_t>{3}));
 }
 
+// A static batch is max_running requests whatever one iteration's budget holds (it was what
+// fit one budget: 8 prompts of 40 tokens under 64 made a batch of two). Its prompts but their
+// last tokens fill the budget first; then one iteration samples every first token together,
+// and the batch decodes as one until its last sequence leaves.
+TEST(Scheduler, StaticBatchFormsWholeThenDecodesTogether) {
+  BlockAllocator blocks(128, 16);
+  Scheduler s({.max_batch_tokens = 64, .max_running = 8, .static_batching = true}, blocks);
+  for (int64_t id = 1; id <= 9; ++id) s.add(sequence(id, 40));
+  Iteration it = s.schedule();
+  EXPECT_EQ(it.admitted, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(s.num_running(), 8);
+  // 8 x 39 = 312 prompt tokens before the first decode: ceil(312 / 64) = 5 iterations.
+  int prefill_iterations = 0;
+  while (true) {
+    bool samples = false;
+    for (const ScheduledSegment& seg : it.segments) samples = samples || seg.samples;
+    if (samples) break;
+    EXPECT_LE(it.num_tokens(), 64);
+    ++prefill_iterations;
+    run(s, it);
+    it = s.schedule();
+    EXPECT_TRUE(it.admitted.empty());
+  }
+  EXPECT_EQ(prefill_iterations, 5);
+  ASSERT_EQ(it.segments.size(), 8u);  // every last prompt token, every first sample
+  for (const ScheduledSegment& seg : it.segments) {
+    EXPECT_EQ(seg.length, 1);
+    EXPECT_TRUE(seg.samples);
+  }
+  run(s, it);
+  for (int64_t id = 1; id <= 7; ++id) ASSERT_TRUE(s.remove(id));
+  it = s.schedule();  // one left: still the batch, nobody joins
+  EXPECT_TRUE(it.admitted.empty());
+  EXPECT_EQ(it.segments.size(), 1u);
+  run(s, it);
+  ASSERT_TRUE(s.remove(8));
+  EXPECT_EQ(s.schedule().admitted, (std::vector<int64_t>{9}));
+}
+
 TEST(Scheduler, LimitsAreChecked) {
   BlockAllocator blocks(4, 4);
   EXPECT_THROW(Scheduler({.max_batch_tokens = 0}, blocks), Error);
