@@ -289,7 +289,7 @@ def main():
                            color=ax.lines[-1].get_color())
         ax.set_xlabel("request rate (requests/s, Poisson)")
         ax.set_ylabel("output tokens/s")
-        ax.set_title(f"tessera serve: {args.num_prompts} prompts, outputs {args.output_len} tokens")
+        ax.set_title(f"tessera serve: {args.num_prompts} prompts, outputs {args.output_len.replace(',', '-')} tokens")
         ax.legend(title="batching (dotted: all at once)")
         ax.grid(alpha=0.3)
         fig.savefig(args.plot, dpi=130, bbox_inches="tight")
