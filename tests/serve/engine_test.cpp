@@ -145,6 +145,14 @@ TEST(Engine, StaticBatchesEqualAlone) {
        .block_size = 3,
        .limits = {.max_batch_tokens = 10, .max_running = 5, .static_batching = true}},
       false);
+  // A pool too small for a whole batch: its newest members are preempted back to the queue,
+  // and still every request gives its tokens alone.
+  expect_concurrent_equals_alone(
+      longer(tiny_llama()),
+      {.num_blocks = 24,
+       .block_size = 4,
+       .limits = {.max_batch_tokens = 64, .max_running = 8, .static_batching = true}},
+      true);
 }
 
 // A Q8_0 model through the paged path: every linear layer runs ops::linear_q8, whose rows are
