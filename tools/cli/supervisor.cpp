@@ -15,7 +15,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <ostream>
 #include <sstream>
 #include <thread>
@@ -23,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/exit_status.h"
+#include "cli/job_process.h"
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
 #include "tessera/train/heartbeat.h"
@@ -116,83 +116,14 @@ void read_beat(const std::string& path, Beat& b) {
   b.status = j.value("status", -1);
 }
 
-// Every process below `root` (by parent links in /proc), deepest last.
-std::vector<pid_t> descendants(pid_t root) {
-  std::multimap<pid_t, pid_t> children;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    const size_t close = line.rfind(')');  // the command name may hold spaces and parentheses
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state;
-    pid_t ppid = 0;
-    if (rest >> state >> ppid) children.emplace(ppid, pid_t(std::stol(name)));
-  }
-  std::vector<pid_t> out{root};
-  for (size_t i = 0; i < out.size(); ++i) {
-    auto [lo, hi] = children.equal_range(out[i]);
-    for (auto it = lo; it != hi; ++it) out.push_back(it->second);
-  }
-  out.erase(out.begin());
-  return out;
-}
-
-// SIGKILL to the job's process group, every process below the launcher and the ranks on this
-// host (a launcher may move its ranks to groups of their own); then reaps the launcher.
-void kill_job(pid_t pid, const std::vector<Beat>& beats, bool reap) {
-  const std::vector<pid_t> below = descendants(pid);
-  ::kill(-pid, SIGKILL);
-  for (pid_t p : below) ::kill(p, SIGKILL);
+// The pids of the ranks on this host, from their last beats: a launcher may move its ranks to
+// process groups of their own, out of reach of a kill of the job's group.
+std::vector<pid_t> ranks_on_this_host(const std::vector<Beat>& beats) {
   const std::string host = this_host();
+  std::vector<pid_t> pids;
   for (const Beat& b : beats)
-    if (b.pid > 0 && b.host == host) ::kill(pid_t(b.pid), SIGKILL);
-  if (reap) ::waitpid(pid, nullptr, 0);
-}
-
-// A started job, or why its command could not be run at all.
-struct StartedJob {
-  pid_t pid = -1;
-  int exec_errno = 0;  // execvp's errno: no such program, or not executable
-};
-
-StartedJob start_job(const std::vector<std::string>& command, const std::string& heartbeat_dir,
-                     int attempt) {
-  // The child reports a failed execvp through a close-on-exec pipe: a successful exec closes it
-  // unwritten. Before, a missing program exited 127 and was restarted --max-restarts times.
-  int report[2];
-  TESSERA_CHECK(::pipe2(report, O_CLOEXEC) == 0,
-                "tessera launch: pipe failed: ", std::strerror(errno));
-  const pid_t pid = ::fork();
-  TESSERA_CHECK(pid >= 0, "tessera launch: fork failed: ", std::strerror(errno));
-  if (pid == 0) {
-    ::close(report[0]);
-    ::setpgid(0, 0);  // the job's own group: one kill reaches all of it
-    for (int sig : {SIGTERM, SIGUSR1, SIGINT}) std::signal(sig, SIG_DFL);
-    ::setenv("TESSERA_HEARTBEAT_DIR", heartbeat_dir.c_str(), 1);
-    ::setenv("TESSERA_LAUNCH_ATTEMPT", std::to_string(attempt).c_str(), 1);
-    std::vector<char*> argv;
-    for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    const int err = errno;
-    [[maybe_unused]] const ssize_t n = ::write(report[1], &err, sizeof err);
-    std::_Exit(127);
-  }
-  ::close(report[1]);
-  ::setpgid(pid, pid);  // also here, so the group exists before the first kill
-  StartedJob job{pid, 0};
-  ssize_t n;
-  do n = ::read(report[0], &job.exec_errno, sizeof job.exec_errno);
-  while (n < 0 && errno == EINTR);
-  if (n != ssize_t(sizeof job.exec_errno)) job.exec_errno = 0;
-  ::close(report[0]);
-  if (job.exec_errno != 0) ::waitpid(pid, nullptr, 0);
-  return job;
+    if (b.pid > 0 && b.host == host) pids.push_back(pid_t(b.pid));
+  return pids;
 }
 
 // Whether the command runs `tessera train` itself (directly or under a launcher), so that its
@@ -201,18 +132,6 @@ bool runs_tessera_train(const std::vector<std::string>& command) {
   for (size_t i = 0; i + 1 < command.size(); ++i)
     if (fs::path(command[i]).filename() == "tessera" && command[i + 1] == "train") return true;
   return false;
-}
-
-std::string describe_status(int status) {
-  if (WIFEXITED(status)) return str_cat("the job exited with status ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return str_cat("the job was killed by signal ", WTERMSIG(status));
-  return "the job ended";
-}
-
-int exit_code_of(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
 }
 
 // The restarts so far, rewritten whole (and atomically) at each change.
@@ -405,7 +324,7 @@ int supervise(LaunchOptions o, std::ostream& out) {
       std::this_thread::sleep_for(std::chrono::duration<double>(o.poll_seconds));
     }
     if (exited) {
-      kill_job(pid, beats, false);  // anything the launcher left behind
+      kill_job(pid, ranks_on_this_host(beats), false);  // anything the launcher left behind
       // The ranks' own statuses, from their last beats, over the launcher's: mpiexec may exit 0
       // after it forwarded a signal to ranks that exited 75.
       int code = exit_code_of(status);
@@ -442,13 +361,11 @@ int supervise(LaunchOptions o, std::ostream& out) {
       out << "tessera launch: " << cause << "; SIGUSR2 to every rank, kill in " << o.dump_window
           << " s\n"
           << std::flush;
-      const std::string host = this_host();
-      for (const Beat& b : beats)
-        if (b.pid > 0 && b.host == host) ::kill(pid_t(b.pid), SIGUSR2);
+      for (pid_t rank : ranks_on_this_host(beats)) ::kill(rank, SIGUSR2);
       const Clock::time_point asked = Clock::now();
       while (since(asked) < o.dump_window && ::waitpid(pid, &status, WNOHANG) != pid)
         std::this_thread::sleep_for(std::chrono::duration<double>(o.poll_seconds));
-      kill_job(pid, beats, true);
+      kill_job(pid, ranks_on_this_host(beats), true);
       last_code = kCommFailedExit;
     }
     failed_at = Clock::now();
