@@ -141,6 +141,18 @@ TEST(Cli, LaunchRefusesSizesNoJobHas) {
           "--heartbeat-timeout must be a positive number of seconds, got inf");
 }
 
+// diagnose --world-size 0 was read as "from the dumps", as if not given.
+TEST(Cli, DiagnoseRefusesAWorldOfNoRanks) {
+  ScratchDir dir;
+  const Result r = run_cli({"diagnose", dir / "run", "--world-size", "0"}, dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("diagnose: --world-size must be at least 1 (leave it out for the world "
+                       "group's size in the dumps), got 0"),
+            std::string::npos)
+      << r.err;
+}
+
 // A program that cannot be run fails the same on every try: launch says so once and stops.
 // Before, it exited 127 from the child and was restarted --max-restarts times.
 TEST(Cli, LaunchDoesNotRestartAJobItCannotRun) {

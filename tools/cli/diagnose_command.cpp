@@ -24,10 +24,15 @@ namespace {
 struct DiagnoseFlags {
   std::string run_dir;
   int world_size = 0;
+  CLI::Option* world_size_option = nullptr;
 };
 
 int run_diagnose(const DiagnoseFlags& f) {
   namespace fs = std::filesystem;
+  // 0 is the library's "from the dumps"; given, it is a world no job has.
+  TESSERA_CHECK(f.world_size_option->count() == 0 || f.world_size >= 1,
+                "diagnose: --world-size must be at least 1 (leave it out for the world group's ",
+                "size in the dumps), got ", f.world_size);
   // A run directory holds flight/; a folder of dumps may be named directly.
   const std::string dir = fs::is_directory(f.run_dir + "/flight") ? f.run_dir + "/flight" : f.run_dir;
   const std::vector<parallel::FlightDump> dumps = parallel::read_flight_dumps(dir);
@@ -50,9 +55,10 @@ void add_diagnose_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "diagnose", "Merge the ranks' flight recorder dumps of a run and say where it hung and why");
   cmd->add_option("run_dir", f->run_dir, "the run directory (or its flight/ folder)")->required();
-  cmd->add_option("--world-size", f->world_size,
-                  "the job's ranks, to name those that left no dump (default: the world "
-                  "group's size in the dumps)");
+  f->world_size_option =
+      cmd->add_option("--world-size", f->world_size,
+                      "the job's ranks, to name those that left no dump (default: the world "
+                      "group's size in the dumps)");
   cmd->callback([f] { exit_code() = run_diagnose(*f); });
 }
 
