@@ -168,6 +168,32 @@ TEST(Cli, LaunchDoesNotRestartAJobItCannotRun) {
   EXPECT_EQ(r.out.find("attempt 2"), std::string::npos) << r.out;
 }
 
+// A job that ends before any rank writes a heartbeat has not started (under MPICH, mpiexec of
+// a missing program exits 255). Once may be a node's hiccup and is restarted; the same status
+// twice in a row stops launch. Before, it was restarted --max-restarts times.
+TEST(Cli, LaunchStopsAJobThatTwiceEndsBeforeAnyRankStarts) {
+  ScratchDir dir;
+  const Result r = run_cli(
+      {"launch", "--max-restarts", "5", "--run-dir", dir / "run", "--", "sh", "-c", "exit 3"}, dir);
+  EXPECT_EQ(r.code, 3) << r.out << r.err;
+  EXPECT_NE(r.out.find("the job exited with status 3 before any rank wrote a heartbeat, as on the "
+                       "attempt before: the job cannot start; not restarting"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("attempt 2"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("attempt 3"), std::string::npos) << r.out;
+  EXPECT_EQ(count_lines(read_text_file(dir / "run/restarts.jsonl")), 1);
+
+  // Failing once before the start still restarts, and the second try runs to the end.
+  const std::string flag = dir / "failed_once";
+  const Result once =
+      run_cli({"launch", "--max-restarts", "5", "--run-dir", dir / "run_once", "--", "sh", "-c",
+               "test -e " + flag + " || { touch " + flag + "; exit 3; }"},
+              dir, "once");
+  EXPECT_EQ(once.code, 0) << once.out << once.err;
+  EXPECT_NE(once.out.find("the job finished after 1 restart"), std::string::npos) << once.out;
+}
+
 // A script hides the job's flags. Its run directory is the one --run-dir names (before, it was
 // refused as differing from train's default, which the script may not use), and what launch
 // cannot read from it is said rather than assumed in silence.

@@ -245,6 +245,7 @@ int supervise(LaunchOptions o, std::ostream& out) {
   int64_t step_reached = -1;
   std::string last_cause;
   int last_code = 1;
+  int unstarted_code = -1;  // the status of the last attempt if it ended before any rank beat
   Clock::time_point failed_at;
   for (int attempt = 0;; ++attempt) {
     std::error_code ec;
@@ -267,7 +268,7 @@ int supervise(LaunchOptions o, std::ostream& out) {
     int forwarded = 0;
     std::string cause;
     int status = 0;
-    bool exited = false;
+    bool exited = false, cannot_start = false;
     auto refresh = [&] {
       for (int r = 0; r < o.ranks; ++r)
         read_beat(train::heartbeat_path(heartbeat_dir, r), beats[size_t(r)]);
@@ -354,6 +355,16 @@ int supervise(LaunchOptions o, std::ostream& out) {
             << " (a usage, layout or device error, the same on every try): not restarting\n";
         return code;
       }
+      // Ended before any rank wrote a heartbeat: the launcher, or a rank's start, failed. Once
+      // may be a node's hiccup; the same status twice in a row is the command itself (a launcher
+      // that cannot start its program exits 255 under MPICH), and more tries would repeat it.
+      const bool no_rank_beat =
+          std::all_of(beats.begin(), beats.end(), [](const Beat& b) { return b.text.empty(); });
+      if (no_rank_beat) {
+        what += " before any rank wrote a heartbeat";
+        cannot_start = code == unstarted_code;
+      }
+      unstarted_code = no_rank_beat ? code : -1;
       cause = what;
       last_code = code;
     } else {
@@ -367,12 +378,19 @@ int supervise(LaunchOptions o, std::ostream& out) {
         std::this_thread::sleep_for(std::chrono::duration<double>(o.poll_seconds));
       kill_job(pid, ranks_on_this_host(beats), true);
       last_code = kCommFailedExit;
+      unstarted_code = -1;
     }
     failed_at = Clock::now();
     last_cause = cause;
     if (nlohmann::json* pending = log.last(); pending != nullptr && !pending->contains("seconds_to_recover")) {
       (*pending)["seconds_to_recover"] = nullptr;  // failed again before a step
       (*pending)["recovered"] = false;
+    }
+    if (cannot_start) {
+      log.write();
+      out << "tessera launch: " << cause
+          << ", as on the attempt before: the job cannot start; not restarting\n";
+      return last_code;
     }
     if (attempt >= o.max_restarts) {
       log.write();
