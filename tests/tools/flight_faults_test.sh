@@ -22,7 +22,7 @@ expect() {
   grep -Eqx -- "$2" "$work/$1.txt" || fail "$1: no line matches: $2"
 }
 first() {
-  grep -v '^flight dumps: \|^  rank ' "$work/$1.txt" | head -1 | grep -Eqx -- "$2" ||
+  grep -v '^flight dumps: \|^  rank \|^  skipped' "$work/$1.txt" | head -1 | grep -Eqx -- "$2" ||
     fail "$1: the first verdict is not: $2"
 }
 
@@ -46,4 +46,17 @@ first op "group dp\[1,3\] #5 \(step 3\): op mismatch: rank 1 reduce_scatter sum 
 run sleep 124
 first sleep "group dp\[1,3\] all_reduce #5 \(4\.2 MB f32, step 3\): rank 1 never joined; rank 1's last completed op is pp\[0,1\] send #3 to rank 0 \(step 3\); it made no call since \([0-9.]+ s before its dump\)"
 expect sleep "group world\[0,1,2,3\] all_reduce #3 \(8 B f64, step 3\): rank 3 never joined; rank 3's last completed op is pp\[2,3\] send #3 to rank 2 \(step 3\); it is blocked in dp\[1,3\] all_reduce #5 \(step 3\)"
+
+# A damaged dump (here rank 2's, cut short) is named and skipped; the others are still merged,
+# and rank 2 is taken as a rank that left no dump.
+head -c 100 "$work/sleep/flight/rank_2.json" >"$work/sleep/flight/rank_2.json.cut"
+mv "$work/sleep/flight/rank_2.json.cut" "$work/sleep/flight/rank_2.json"
+"$tessera" diagnose "$work/sleep" >"$work/damaged.txt" 2>&1
+status=$?
+echo "--- damaged (diagnose exit $status)"; cat "$work/damaged.txt"
+[ "$status" = 3 ] || fail "damaged: diagnose exited $status, expected 3"
+expect damaged "flight dumps: 3 ranks in $work/sleep/flight"
+expect damaged "  skipped, taken as no dump: $work/sleep/flight/rank_2\.json: not valid JSON"
+first damaged "rank 2 left no dump \(it died, or did not dump within the dump window\)"
+expect damaged "group dp\[1,3\] all_reduce #5 \(4\.2 MB f32, step 3\): rank 1 never joined; .*"
 echo "flight_faults_test: every verdict as expected"

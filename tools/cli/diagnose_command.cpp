@@ -3,12 +3,12 @@
 // and prints what the job was stuck in and why (parallel/comm/flight_diagnosis.h):
 //
 //   $ tessera diagnose runs/dp2
-//   flight dumps: 2 ranks in runs/dp2/flight (rank 0: this rank's call failed: collective timed out ...)
-//   group dp[1,3] all_reduce #5 (4.2 MB f32, step 3): rank 1 never joined; ...
-//   slowest rank: rank 1 joined its collectives 0.412 s after the first rank on average ...
+//   flight dumps: 2 ranks in runs/dp2/flight (rank 0: this rank's call failed: collective timed out
+//   ...) group dp[1,3] all_reduce #5 (4.2 MB f32, step 3): rank 1 never joined; ... slowest rank:
+//   rank 1 joined its collectives 0.412 s after the first rank on average ...
 //
 // Exit status 0 when the dumps show no hang or mismatch, 3 when they do (so a script can tell),
-// 1 when the dumps cannot be read.
+// 1 when no dump can be read. A dump that cannot be read is named and skipped.
 
 #include <filesystem>
 #include <iostream>
@@ -35,9 +35,14 @@ int run_diagnose(const DiagnoseFlags& f) {
                 "size in the dumps), got ", f.world_size);
   // A run directory holds flight/; a folder of dumps may be named directly.
   const std::string dir = fs::is_directory(f.run_dir + "/flight") ? f.run_dir + "/flight" : f.run_dir;
-  const std::vector<parallel::FlightDump> dumps = parallel::read_flight_dumps(dir);
+  // Mid-incident, a damaged dump should not hide the others: it is named and its rank is taken
+  // as one that left none.
+  std::vector<std::string> unreadable;
+  const std::vector<parallel::FlightDump> dumps = parallel::read_flight_dumps(dir, &unreadable);
   std::cout << "flight dumps: " << dumps.size() << " rank" << (dumps.size() == 1 ? "" : "s")
             << " in " << dir << "\n";
+  for (const std::string& why : unreadable)
+    std::cout << "  skipped, taken as no dump: " << why << "\n";
   for (const parallel::FlightDump& d : dumps)
     std::cout << "  rank " << d.rank << " (" << d.host << "): " << d.calls.size() << " calls"
               << (d.dropped ? str_cat(" (", d.dropped, " older ones overwritten)") : "") << "; "

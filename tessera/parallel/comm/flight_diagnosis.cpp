@@ -478,15 +478,23 @@ FlightDump parse_flight_dump(const nlohmann::json& j, const std::string& source)
   return d;
 }
 
-std::vector<FlightDump> read_flight_dumps(const std::string& dir) {
+std::vector<FlightDump> read_flight_dumps(const std::string& dir,
+                                          std::vector<std::string>* unreadable) {
   TESSERA_CHECK(std::filesystem::is_directory(dir), "diagnose: ", dir, " is not a directory");
   std::vector<FlightDump> dumps;
-  for (const RankFile& f : read_rank_json_files(dir, "diagnose")) {
-    FlightDump d = parse_flight_dump(f.json, f.path);
-    TESSERA_CHECK(d.rank == f.rank, f.path, ": 'rank' is ", d.rank, ", the file name says ",
-                  f.rank);
-    dumps.push_back(std::move(d));
+  for (const RankFile& f : read_rank_json_files(dir, "diagnose", unreadable)) {
+    try {
+      FlightDump d = parse_flight_dump(f.json, f.path);
+      TESSERA_CHECK(d.rank == f.rank, f.path, ": 'rank' is ", d.rank, ", the file name says ",
+                    f.rank);
+      dumps.push_back(std::move(d));
+    } catch (const Error& e) {
+      if (unreadable == nullptr) throw;
+      unreadable->push_back(e.what());
+    }
   }
+  TESSERA_CHECK(!dumps.empty(), "diagnose: ", dir, " holds no valid dump (",
+                unreadable ? unreadable->front() : "", ")");
   return dumps;
 }
 

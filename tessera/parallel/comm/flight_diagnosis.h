@@ -50,8 +50,12 @@ struct FlightDump {
 
 // Validates and reads one dump; throws naming `source` and the field that is wrong.
 FlightDump parse_flight_dump(const nlohmann::json& j, const std::string& source);
-// Every <dir>/rank_N.json, by rank; throws when there is none or one does not parse.
-std::vector<FlightDump> read_flight_dumps(const std::string& dir);
+// Every <dir>/rank_N.json, by rank; throws when there is none or one does not parse. Given
+// `unreadable`, a dump that cannot be read or is not a valid dump is left out and named there,
+// with why (the merge then takes its rank as one that left no dump); it throws only when none
+// is left.
+std::vector<FlightDump> read_flight_dumps(const std::string& dir,
+                                          std::vector<std::string>* unreadable = nullptr);
 
 struct FlightDiagnosis {
   // One line per finding, causes first; "no hang in communication: ..." when every call

@@ -16,7 +16,10 @@ struct RankFile {
 };
 
 // Every <dir>/rank_N.json, by rank, each checked for nesting depth and syntax. Throws naming
-// the file when one does not parse, and `what` and the folder when there is none.
-std::vector<RankFile> read_rank_json_files(const std::string& dir, const std::string& what);
+// the file when one does not parse, and `what` and the folder when there is none. Given
+// `unreadable`, a file that cannot be read or parsed is left out and named there, with why,
+// instead; it still throws when no file is left.
+std::vector<RankFile> read_rank_json_files(const std::string& dir, const std::string& what,
+                                           std::vector<std::string>* unreadable = nullptr);
 
 }  // namespace tessera::parallel
