@@ -56,7 +56,7 @@ int64_t round_up(int64_t n, int64_t multiple) {
 
 }  // namespace
 
-GPT::GPT(const GPTConfig& config, DType dtype, ModelParallel parallel)
+GPT::GPT(const GPTConfig& config, DType dtype, ModelParallel parallel, ParamInit init)
     : config_(config),
       dtype_(dtype),
       parallel_(std::move(parallel)),
@@ -84,7 +84,7 @@ GPT::GPT(const GPTConfig& config, DType dtype, ModelParallel parallel)
       vocab_meta.unpadded_size = config_.padded_vocab_size();
   }
   // The embeddings and the final norm sit outside every block: dropout layer -1.
-  const LayerContext root{&config_, -1, "", dtype, dropout_, tp_};
+  const LayerContext root{&config_, -1, "", dtype, dropout_, tp_, init};
   const bool tied_copy = !stage.has_embedding && stage.has_head && config_.tie_embeddings;
   if (stage.has_embedding || tied_copy) {
     ParamMeta meta = vocab_meta;
@@ -103,7 +103,7 @@ GPT::GPT(const GPTConfig& config, DType dtype, ModelParallel parallel)
   }
   auto h = register_module("h", std::make_shared<ModuleList>());
   for (int64_t i = first_layer_; i < first_layer_ + layers; ++i) {
-    const LayerContext ctx{&config_, i, "h." + std::to_string(i) + ".", dtype, dropout_, tp_};
+    const LayerContext ctx{&config_, i, "h." + std::to_string(i) + ".", dtype, dropout_, tp_, init};
     blocks_.push_back(std::make_shared<Block>(ctx));
     h->append(blocks_.back(), i);
   }

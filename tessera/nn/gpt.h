@@ -82,8 +82,10 @@ class GPT : public Module {
   // init.h. dtype f64 serves gradcheck; training runs in f32. `parallel` builds a tensor-
   // parallel rank's shards, a pipeline stage's part, or both (the default: the whole model);
   // an invalid layout (heads, kv heads or the MLP width not divisible by tp, a stage outside
-  // the layers) throws naming the sizes.
-  explicit GPT(const GPTConfig& config, DType dtype = DType::f32, ModelParallel parallel = {});
+  // the layers) throws naming the sizes. ParamInit::zeros leaves the weights zero instead of
+  // drawing them, for a model that a strict load_state_dict fills next.
+  explicit GPT(const GPTConfig& config, DType dtype = DType::f32, ModelParallel parallel = {},
+               ParamInit init = ParamInit::drawn);
 
   const GPTConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }

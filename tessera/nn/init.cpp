@@ -32,6 +32,7 @@ uint64_t param_key(uint64_t init_seed, std::string_view name) {
 }
 
 Tensor init_normal(const Shape& shape, const InitSpec& spec) {
+  if (spec.init == ParamInit::zeros) return zeros(shape, spec.dtype, Device::cpu());
   Generator gen(spec.key, 0);
   return randn(shape, gen, spec.dtype, Device::cpu(), 0.0, spec.std);
 }
@@ -90,7 +91,7 @@ LayerContext LayerContext::child(const std::string& name) const {
 }
 
 InitSpec LayerContext::init(const std::string& name, double std) const {
-  return InitSpec{param_key(config->init_seed, prefix + name), std, dtype};
+  return InitSpec{param_key(config->init_seed, prefix + name), std, dtype, init_mode};
 }
 
 }  // namespace tessera::nn

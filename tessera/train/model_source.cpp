@@ -84,17 +84,19 @@ nn::StateDict import_weights(const std::string& spec, nn::GPTConfig* config, int
 namespace {
 
 // The model of `config` for one process or one tensor-parallel rank, holding `weights` (full).
+// Its weights are not drawn: the strict load fills every parameter.
 std::unique_ptr<nn::GPT> build_model(const nn::GPTConfig& config, const nn::StateDict& weights,
                                      const std::shared_ptr<nn::TensorParallelOps>& tp) {
   if (!tp) {
-    auto model = std::make_unique<nn::GPT>(config);
-    model->load_state_dict(weights);
+    auto model =
+        std::make_unique<nn::GPT>(config, DType::f32, nn::ModelParallel{}, nn::ParamInit::zeros);
+    model->load_state_dict(weights, /*strict=*/true);
     return model;
   }
   nn::ModelParallel mp;
   mp.tp = tp;
-  auto model = std::make_unique<nn::GPT>(config, DType::f32, mp);
-  parallel::tp::load_full_state_dict(*model, weights, tp->rank(), tp->size());
+  auto model = std::make_unique<nn::GPT>(config, DType::f32, mp, nn::ParamInit::zeros);
+  parallel::tp::load_full_state_dict(*model, weights, tp->rank(), tp->size(), /*strict=*/true);
   return model;
 }
 
@@ -117,7 +119,7 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
     TESSERA_CHECK(latest.has_value(), "model: run directory ", spec, " has no checkpoint yet");
     out.path = *latest;
   }
-  nn::CheckpointData data = nn::load_checkpoint(out.path);
+  nn::CheckpointData data = nn::load_checkpoint(out.path, nn::CheckpointParts::model);
   TESSERA_CHECK(data.state.contains("model_config"), "model: ", out.path,
                 " has no model_config in its state (not written by tessera train?)");
   out.config = nn::GPTConfig::from_json(data.state["model_config"]);

@@ -49,17 +49,24 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<parallel::Communicator> w
   std::optional<ResumePoint> resume = find_resume(o);
   nn::StateDict imported;
   config_ = resolve_config(o, *tokenizer_, resume ? &*resume : nullptr, &imported);
+  // Weights that a strict load replaces below are not drawn: at GPT-2 124M the draw is 2.4 s
+  // of a 2-core machine's start (init.h), and every rank draws whole tensors, so at scale it
+  // adds to each restart's recovery.
+  const nn::ParamInit init =
+      resume || !imported.empty() ? nn::ParamInit::zeros : nn::ParamInit::drawn;
   if (uses_layout_engine(o)) {
-    engine_ = std::make_unique<LayoutEngine>(
-        world_, config_, parallel_config(o, config_, world_->size(), device_), o.seed);
+    parallel::ParallelConfig pc = parallel_config(o, config_, world_->size(), device_);
+    pc.init = init;
+    engine_ = std::make_unique<LayoutEngine>(world_, config_, pc, o.seed);
   } else {
     check_module_layout(o, world_->size(),
                         o.optimizer == "sgd" ? "--optimizer sgd" : "--stochastic-rounding");
     // The fp32 master and, under bf16/fp16, the compute copy, both on the device.
-    auto master = std::make_shared<nn::GPT>(config_);
-    std::shared_ptr<nn::GPT> compute;
+    auto master = std::make_shared<nn::GPT>(config_, DType::f32, nn::ModelParallel{}, init);
+    std::shared_ptr<nn::GPT> compute;  // rounded from the master by the engine, never drawn
     if (o.precision_policy() != nn::Precision::fp32)
-      compute = std::make_shared<nn::GPT>(config_, nn::compute_dtype(o.precision_policy()));
+      compute = std::make_shared<nn::GPT>(config_, nn::compute_dtype(o.precision_policy()),
+                                          nn::ModelParallel{}, nn::ParamInit::zeros);
     nn::move_to_device(master->state_dict(), device_);
     if (compute) nn::move_to_device(compute->state_dict(), device_);
     (compute ? *compute : *master).set_dropout_seed(o.seed);

@@ -158,6 +158,25 @@ TEST(GPT, InitIsKeyedByNameNotBuildOrder) {
   EXPECT_NE(head, to_vector<float>(param(llama, "wte.weight")));
 }
 
+// ParamInit::zeros draws nothing: every drawn weight is zero (the norms keep their ones), and
+// a load makes the model the drawn one, to the bit.
+TEST(GPT, ZeroInitDrawsNothingAndALoadMakesItTheDrawnModel) {
+  for (const GPTConfig& c : {tiny_gpt2(2), tiny_llama()}) {
+    const GPT drawn(c);
+    GPT blank(c, DType::f32, ModelParallel{}, ParamInit::zeros);
+    for (const auto& [name, t] : blank.named_parameters()) {
+      const bool norm = name.find("ln_") != std::string::npos && name.ends_with(".weight");
+      const std::vector<float> v = to_vector<float>(t);
+      const std::vector<float> want =
+          norm ? to_vector<float>(param(drawn, name)) : std::vector<float>(v.size(), 0.0f);
+      EXPECT_EQ(v, want) << name;
+    }
+    const Tensor idx = token_batch(2, 5, 23, 4);
+    blank.load_state_dict(drawn.state_dict());
+    EXPECT_EQ(to_vector<float>(blank.forward(idx)), to_vector<float>(drawn.forward(idx)));
+  }
+}
+
 TEST(GPT, StateDictRoundTrip) {
   GPTConfig c = tiny_llama();
   GPT a(c);

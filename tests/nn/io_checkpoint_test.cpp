@@ -76,6 +76,24 @@ TEST(Checkpoint, RoundTripIsExact) {
   EXPECT_EQ(checkpoint_name(123456789), "step_123456789");
 }
 
+// Inference reads the model alone: the optimizer's file (twice the model under AdamW) is
+// neither read nor checked, so a damaged one does not stop it, where a full load refuses.
+TEST(Checkpoint, TheModelPartSkipsTheOptimizerFile) {
+  TempDir run;
+  const CheckpointData d = sample(7);
+  const std::string dir = save_checkpoint(run.path(), d);
+  write_bytes(dir + "/optimizer.safetensors", "not a tensor file");
+  const CheckpointData model = load_checkpoint(dir, CheckpointParts::model);
+  expect_same_dict(model.model, d.model);
+  EXPECT_TRUE(model.optimizer.empty());
+  EXPECT_EQ(model.state, d.state);
+  EXPECT_TRUE(mentions(error_of([&] { load_checkpoint(dir); }), {"optimizer.safetensors"}));
+  // The model's own file is still checked.
+  write_bytes(dir + "/model.safetensors", "not a tensor file");
+  EXPECT_TRUE(mentions(error_of([&] { load_checkpoint(dir, CheckpointParts::model); }),
+                       {"model.safetensors"}));
+}
+
 TEST(Checkpoint, LatestFollowsTheNewestAndRetentionKeepsK) {
   TempDir run;
   EXPECT_EQ(find_latest_checkpoint(run.path()), std::nullopt) << "a new run has none";

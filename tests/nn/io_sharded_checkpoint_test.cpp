@@ -62,6 +62,16 @@ TEST(ShardedCheckpoint, ReplicatedSetsRoundTripExactlyForAnyRankCount) {
   }
 }
 
+TEST(ShardedCheckpoint, TheModelPartReadsNoOptimizerTensor) {
+  TempDir run;
+  const CheckpointData d = sample(5);
+  save_sharded_checkpoint(run.path(), d, 3);
+  const CheckpointData back = load_checkpoint(set_of(run, 5), CheckpointParts::model);
+  expect_same_dict(back.model, d.model);
+  EXPECT_TRUE(back.optimizer.empty());
+  EXPECT_EQ(back.state, d.state);
+}
+
 // Every tensor-parallel geometry the layouts use: rows or columns, one segment or c_attn's
 // three, and vocabulary padding. The pieces of each rank's slice, cut at odd flat offsets,
 // must map every element to where nn::shard_of took it from, skip the padding, and together

@@ -323,10 +323,11 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointData& da
   return target.string();
 }
 
-CheckpointData load_checkpoint(const std::string& dir_string) {
+CheckpointData load_checkpoint(const std::string& dir_string, CheckpointParts parts) {
   const fs::path dir(dir_string);
   TESSERA_CHECK(fs::is_directory(dir), "checkpoint ", dir_string, ": not a directory");
-  if (is_sharded_checkpoint(dir_string)) return load_sharded_checkpoint(dir_string);
+  if (is_sharded_checkpoint(dir_string))
+    return read_sharded_checkpoint(open_sharded_checkpoint(dir_string), parts);
   const fs::path state_path = dir / kStateFile;
   const std::string sp = state_path.string();
   TESSERA_CHECK(fs::is_regular_file(state_path), "checkpoint ", dir_string, ": missing ",
@@ -352,7 +353,8 @@ CheckpointData load_checkpoint(const std::string& dir_string) {
     TESSERA_CHECK(*named == data.step, sp, ": 'step' is ", data.step, " but the directory is ",
                   dir.filename().string());
   data.model = read_recorded(dir, kCheckpointModelFile, s["files"], sp);
-  data.optimizer = read_recorded(dir, kCheckpointOptimizerFile, s["files"], sp);
+  if (parts == CheckpointParts::all)
+    data.optimizer = read_recorded(dir, kCheckpointOptimizerFile, s["files"], sp);
   data.state = std::move(s["state"]);
   return data;
 }

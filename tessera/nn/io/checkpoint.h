@@ -55,8 +55,14 @@ std::string checkpoint_name(int64_t step);
 std::string save_checkpoint(const std::string& run_dir, const CheckpointData& data,
                             int64_t keep = 0);
 
-// Reads and validates one checkpoint directory.
-CheckpointData load_checkpoint(const std::string& dir);
+// What to read of a checkpoint: everything, or the model's weights alone (inference and
+// export, which would otherwise read, checksum and hold the AdamW moments: twice the model).
+enum class CheckpointParts { all, model };
+
+// Reads and validates one checkpoint directory. With CheckpointParts::model, `optimizer` is
+// left empty and its file is neither read nor checked.
+CheckpointData load_checkpoint(const std::string& dir,
+                               CheckpointParts parts = CheckpointParts::all);
 
 // The checkpoint `latest` names; without a `latest` file (a crash right after the first
 // publish), the highest-step checkpoint; nullopt when the run has none. A `latest` that is

@@ -163,8 +163,10 @@ void read_pieces(const ShardedSet& set, std::vector<ShardPiece>& wanted);
 // the pieces may be on any device), to refuse a set before anything is changed.
 void check_pieces(const ShardedSet& set, const std::vector<ShardPiece>& wanted);
 
-// Every tensor of an opened set read whole: the single-process CheckpointData.
-CheckpointData read_sharded_checkpoint(const ShardedSet& set);
+// Every tensor of an opened set read whole: the single-process CheckpointData (with
+// CheckpointParts::model, the model's tensors alone; the optimizer's are not read).
+CheckpointData read_sharded_checkpoint(const ShardedSet& set,
+                                       CheckpointParts parts = CheckpointParts::all);
 // open_sharded_checkpoint() then read_sharded_checkpoint() (load_checkpoint() calls it for
 // such a directory).
 CheckpointData load_sharded_checkpoint(const std::string& dir);

@@ -265,9 +265,10 @@ void read_pieces(const ShardedSet& set, std::vector<ShardPiece>& wanted) {
   }
 }
 
-CheckpointData read_sharded_checkpoint(const ShardedSet& set) {
+CheckpointData read_sharded_checkpoint(const ShardedSet& set, CheckpointParts parts) {
   std::vector<ShardPiece> whole;
   for (const ShardedSet::StoredTensor& t : set.tensors) {
+    if (t.optimizer && parts == CheckpointParts::model) continue;
     ShardPiece p;
     p.name = t.name;
     p.optimizer = t.optimizer;

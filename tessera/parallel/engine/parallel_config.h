@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tessera/nn/gpt_config.h"
+#include "tessera/nn/init.h"
 #include "tessera/nn/lr_schedule.h"
 #include "tessera/nn/optim/adamw.h"
 #include "tessera/nn/optim/mixed_precision.h"
@@ -55,6 +56,10 @@ struct ParallelConfig {
   // Where this rank's chunks, buffers and activations live: the CPU, or its CUDA device
   // (whose collectives then need a communicator that carries device tensors).
   Device device = Device::cpu();
+  // The masters' weights: drawn from the model's init (nn/init.h), or zeros when a load fills
+  // them next (a resume, --init-from), where every draw would be start-up time thrown away.
+  // The compute copies (bf16/fp16) are never drawn: they are rounded from the masters.
+  nn::ParamInit init = nn::ParamInit::drawn;
 
   // "dp2 x pp2 x tp2, ZeRO-1, 1f1b v1 m4, sequence parallel, batch 8 x 8" (", bf16" appended
   // unless fp32, the compression, overlap and prefetch unless default, ", on cuda:0" unless on

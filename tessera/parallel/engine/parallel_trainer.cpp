@@ -59,7 +59,7 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
     mp.stage = pipeline_stage_spec(model_.n_layer, shape.size("pp"), config_.virtual_stages,
                                    mesh_->pp_rank(), c);
     mp.hooks = hooks_;
-    auto chunk = std::make_shared<nn::GPT>(model_, DType::f32, mp);
+    auto chunk = std::make_shared<nn::GPT>(model_, DType::f32, mp, config_.init);
     chunk->set_recompute(config_.recompute);
     nn::move_to_device(chunk->state_dict(), config_.device);
     for (const auto& [name, p] : chunk->named_parameters()) {
@@ -70,7 +70,8 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
       // Below ZeRO-3 its parameters are whole (rounded from the master); at ZeRO-3 they are
       // sharded like the master and gathered per unit in the compute dtype (data_parallel.h).
       mp.hooks = config_.zero_stage == 3 ? compute_hooks_ : nullptr;
-      auto c16 = std::make_shared<nn::GPT>(model_, nn::compute_dtype(config_.precision), mp);
+      auto c16 = std::make_shared<nn::GPT>(model_, nn::compute_dtype(config_.precision), mp,
+                                           nn::ParamInit::zeros);  // precision_ syncs it
       c16->set_recompute(config_.recompute);
       nn::move_to_device(c16->state_dict(), config_.device);
       for (const auto& [name, p] : c16->named_parameters()) compute_params.emplace_back(name, p);

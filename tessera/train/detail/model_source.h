@@ -34,6 +34,8 @@ ModelSourceKind detect_model_source(const std::string& spec);
 // without a config.json need it); any other source refuses it, since it records its heads.
 // With `tp`, builds this rank's tensor-parallel part and loads its slices of the full weights
 // (no communication); a config whose heads or MLP width tp does not divide throws naming them.
+// Of a checkpoint it reads the model's weights alone (not the optimizer's file), into a model
+// whose weights were not drawn first (nn::ParamInit::zeros; the load is strict).
 LoadedModel load_model(const std::string& spec, int64_t n_head = 0,
                        std::shared_ptr<nn::TensorParallelOps> tp = nullptr);
 // The tokenizer to use with a loaded model: `override_spec` when given (--tokenizer); else the
