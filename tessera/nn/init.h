@@ -51,12 +51,17 @@ Tensor init_normal(const Shape& shape, const InitSpec& spec);
 // Rank `rank`'s part (of `size`) of the full tensor `full` as `meta` splits it: all of it when
 // replicated; otherwise part `rank` of every segment of the split dim, in order. A full tensor
 // whose split dim has meta.unpadded_size is first padded with zero rows to the segments' sum.
-// Tensor-parallel layers draw the full tensor with init_normal and keep this slice, so every
-// layout starts from the single-process weights (at the cost of one full parameter in memory
-// at a time while the model is built). Returns a new contiguous tensor; `what` names the
-// tensor in errors.
+// Tensor-parallel layers take their slice of the full tensor init_normal would draw
+// (init_normal_shard), so every layout starts from the single-process weights. Returns a new
+// contiguous tensor; `what` names the tensor in errors.
 Tensor shard_of(const Tensor& full, const ParamMeta& meta, int rank, int size,
                 const std::string& what);
+// shard_of(init_normal(full_shape, spec), meta, rank, size, what), bit for bit, drawing only
+// the elements this rank keeps (the stream position of full element (r, c) is r * cols + c):
+// a rank of a tp-way split draws 1/tp of the tensor and never holds the whole. A matrix whose
+// split dim has no padding (the layers' weights); zeros under ParamInit::zeros.
+Tensor init_normal_shard(const Shape& full_shape, const InitSpec& spec, const ParamMeta& meta,
+                         int rank, int size, const std::string& what);
 
 // GPT-2's init: weights N(0, 0.02), and residual projections (the last linear of attention
 // and of the MLP) N(0, 0.02 / sqrt(2 * n_layer)), as each layer adds to the residual twice.

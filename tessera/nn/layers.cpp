@@ -1,5 +1,6 @@
 #include "tessera/nn/layers.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,9 +32,9 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, const InitS
     : tp_(split.tp), shard_(split.tp ? split.meta.shard : ShardKind::replicated) {
   check_size(in_features, "Linear", "in_features");
   check_size(out_features, "Linear", "out_features");
-  Tensor w = init_normal(Shape{out_features, in_features}, init);
+  const Shape full{out_features, in_features};
   if (shard_ == ShardKind::replicated) {
-    weight_ = register_parameter("weight", w);
+    weight_ = register_parameter("weight", init_normal(full, init));
     if (bias) bias_ = register_parameter("bias", zeros(Shape{out_features}, init.dtype));
     return;
   }
@@ -41,7 +42,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, const InitS
   ParamMeta wmeta = split.meta;
   if (wmeta.segments.empty())
     wmeta.segments = {shard_ == ShardKind::rows ? out_features : in_features};
-  weight_ = register_parameter("weight", shard_of(w, wmeta, r, t, "Linear weight"), wmeta);
+  weight_ = register_parameter("weight",
+                               init_normal_shard(full, init, wmeta, r, t, "Linear weight"), wmeta);
   if (!bias) return;
   // A column-parallel bias is split like the weight's rows; a row-parallel one is replicated.
   const ParamMeta bmeta = shard_ == ShardKind::rows ? wmeta : ParamMeta{};
@@ -110,10 +112,10 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, const InitSpec& init, 
                 "Embedding: num_real must be -1 or in [1, ", num_embeddings, "], got ", num_real);
   TESSERA_CHECK(split.meta.shard != ShardKind::cols,
                 "Embedding: only the rows (the vocabulary) can be split");
-  Tensor w = init_normal(Shape{num_embeddings, dim}, init);
-  if (num_real != -1 && num_real < num_embeddings)
-    ops::zero_(ops::narrow(w, 0, num_real, num_embeddings - num_real));
   if (!tp_) {
+    Tensor w = init_normal(Shape{num_embeddings, dim}, init);
+    if (num_real != -1 && num_real < num_embeddings)
+      ops::zero_(ops::narrow(w, 0, num_real, num_embeddings - num_real));
     weight_ = register_parameter("weight", w, split.meta);
     return;
   }
@@ -122,9 +124,14 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, const InitSpec& init, 
   TESSERA_CHECK(meta.segments.size() == 1 && meta.segments[0] == num_embeddings,
                 "Embedding: a vocab-parallel table splits its ", num_embeddings,
                 " rows as one segment");
-  weight_ = register_parameter(
-      "weight", shard_of(w, meta, tp_->rank(), tp_->size(), "Embedding weight"), meta);
-  vocab_start_ = int64_t(tp_->rank()) * weight_.size(0);
+  Tensor w = init_normal_shard(Shape{num_embeddings, dim}, init, meta, tp_->rank(), tp_->size(),
+                               "Embedding weight");
+  vocab_start_ = int64_t(tp_->rank()) * w.size(0);
+  // Rows past the real vocabulary are zero, in this rank's slice as in the whole table.
+  const int64_t real = num_real == -1 ? num_embeddings : num_real;
+  const int64_t keep = std::clamp<int64_t>(real - vocab_start_, 0, w.size(0));
+  if (keep < w.size(0)) ops::zero_(ops::narrow(w, 0, keep, w.size(0) - keep));
+  weight_ = register_parameter("weight", w, meta);
 }
 
 Tensor Embedding::forward(const Tensor& ids) const {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "nn/tiny_models.h"
+#include "support/error_of.h"
 
 namespace tessera::nn {
 namespace {
@@ -83,6 +84,45 @@ TEST(Init, NormalStatisticsAndKeys) {
   EXPECT_NE(param_key(5, "x.weight"), param_key(5, "y.weight"));
   EXPECT_NE(param_key(5, "x.weight"), param_key(6, "x.weight"));
   EXPECT_NE(mix_key({1, 2}), mix_key({2, 1}));
+}
+
+// A tensor-parallel rank draws only its slice, and gets exactly the elements shard_of takes from
+// the whole draw: rows and columns, one segment or c_attn's three (of unequal sizes, as under
+// GQA), odd widths, f32 and bf16, 1 to 4 ranks.
+TEST(Init, AShardDrawsExactlyItsSliceOfTheWholeDraw) {
+  struct Case {
+    ShardKind shard;
+    Shape full;
+    std::vector<int64_t> segments;
+  };
+  const std::vector<Case> cases = {{ShardKind::rows, {12, 7}, {}},
+                                   {ShardKind::cols, {5, 12}, {}},
+                                   {ShardKind::rows, {24, 5}, {12, 4, 8}},
+                                   {ShardKind::cols, {3, 24}, {12, 4, 8}}};
+  for (const Case& c : cases)
+    for (DType dtype : {DType::f32, DType::bf16})
+      for (int size : {1, 2, 4}) {
+        ParamMeta meta;
+        meta.shard = c.shard;
+        meta.segments = c.segments;
+        const InitSpec spec{param_key(3, "h.0.attn.c_attn.weight"), 0.02, dtype};
+        const Tensor whole = init_normal(c.full, spec);
+        for (int r = 0; r < size; ++r) {
+          const Tensor want = shard_of(whole, meta, r, size, "w");
+          const Tensor got = init_normal_shard(c.full, spec, meta, r, size, "w");
+          ASSERT_EQ(got.shape(), want.shape());
+          EXPECT_EQ(to_vector<float>(ops::cast(got, DType::f32)),
+                    to_vector<float>(ops::cast(want, DType::f32)))
+              << c.full << " rank " << r << " of " << size << " " << dtype_name(dtype);
+        }
+      }
+  ParamMeta rows;
+  rows.shard = ShardKind::rows;
+  rows.segments = {8, 6};  // 14 rows, not the tensor's 12
+  EXPECT_NE(tessera::testing::error_of([&] {
+              init_normal_shard(Shape{12, 4}, InitSpec{1}, rows, 0, 2, "w");
+            }).find("init_normal_shard: 'w' [12, 4] has 12 along dim 0; its segments sum to 14"),
+            std::string::npos);
 }
 
 TEST(Dropout, TrainingDropsAndScalesEvalIsIdentity) {
