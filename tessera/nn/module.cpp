@@ -143,6 +143,7 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
     }
     TESSERA_CHECK(src.shape() == target.shape(), "load_state_dict: '", name, "' has shape ",
                   src.shape(), " in the state dict but ", target.shape(), " in the model");
+    if (src.is_same(target)) continue;  // read straight into the model (read_safetensors)
     NoGradGuard no_grad;
     ops::copy_(target, src);
   }

@@ -1,6 +1,7 @@
 #include "tessera/train/detail/model_source.h"
 
 #include <filesystem>
+#include <optional>
 
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
@@ -100,6 +101,20 @@ std::unique_ptr<nn::GPT> build_model(const nn::GPTConfig& config, const nn::Stat
   return model;
 }
 
+// The model config in an unsharded checkpoint's state.json, or nullopt on anything unusual
+// (load_checkpoint then reads the directory and names what is wrong).
+std::optional<nn::GPTConfig> peek_model_config(const std::string& dir) {
+  try {
+    if (nn::is_sharded_checkpoint(dir)) return std::nullopt;
+    const std::string path = (fs::path(dir) / "state.json").string();
+    const std::string text = read_text_file(path);
+    check_json_depth(text, path);
+    return nn::GPTConfig::from_json(nlohmann::json::parse(text).at("state").at("model_config"));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 }  // namespace
 
 LoadedModel load_model(const std::string& spec, int64_t n_head,
@@ -119,7 +134,18 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
     TESSERA_CHECK(latest.has_value(), "model: run directory ", spec, " has no checkpoint yet");
     out.path = *latest;
   }
-  nn::CheckpointData data = nn::load_checkpoint(out.path, nn::CheckpointParts::model);
+  // One process and an unsharded checkpoint: the weights are read straight into the model's
+  // tensors, so the load holds one copy of them, not two.
+  std::unique_ptr<nn::GPT> direct;
+  nn::StateDict targets;
+  if (!tp)
+    if (const std::optional<nn::GPTConfig> config = peek_model_config(out.path)) {
+      direct =
+          std::make_unique<nn::GPT>(*config, DType::f32, nn::ModelParallel{}, nn::ParamInit::zeros);
+      targets = direct->state_dict();
+    }
+  nn::CheckpointData data =
+      nn::load_checkpoint(out.path, nn::CheckpointParts::model, direct ? &targets : nullptr);
   TESSERA_CHECK(data.state.contains("model_config"), "model: ", out.path,
                 " has no model_config in its state (not written by tessera train?)");
   out.config = nn::GPTConfig::from_json(data.state["model_config"]);
@@ -127,7 +153,12 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
   if (data.state.contains("options") && data.state["options"].contains("tokenizer"))
     out.tokenizer = data.state["options"]["tokenizer"].get<std::string>();
   out.state = data.state;
-  out.model = build_model(out.config, data.model, tp);
+  if (direct && direct->config().to_json() == out.config.to_json()) {
+    direct->load_state_dict(data.model, /*strict=*/true);  // every tensor read in place
+    out.model = std::move(direct);
+  } else {
+    out.model = build_model(out.config, data.model, tp);
+  }
   return out;
 }
 

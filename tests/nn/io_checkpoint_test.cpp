@@ -88,6 +88,16 @@ TEST(Checkpoint, TheModelPartSkipsTheOptimizerFile) {
   EXPECT_TRUE(model.optimizer.empty());
   EXPECT_EQ(model.state, d.state);
   EXPECT_TRUE(mentions(error_of([&] { load_checkpoint(dir); }), {"optimizer.safetensors"}));
+  // Read straight into a model's tensors where name, shape and dtype match; a tensor that
+  // does not match (here the wrong dtype) is read into a fresh one, left for the strict load
+  // to refuse.
+  const StateDict into = {{"wte.weight", zeros({16, 4})},
+                          {"h.0.ln_1.weight", zeros({4}, DType::f32)}};
+  const CheckpointData direct = load_checkpoint(dir, CheckpointParts::model, &into);
+  expect_same_dict(direct.model, d.model);
+  EXPECT_TRUE(find_tensor(direct.model, "wte.weight").is_same(into[0].second));
+  EXPECT_TRUE(same_tensor(into[0].second, d.model[0].second));
+  EXPECT_FALSE(find_tensor(direct.model, "h.0.ln_1.weight").is_same(into[1].second));
   // The model's own file is still checked.
   write_bytes(dir + "/model.safetensors", "not a tensor file");
   EXPECT_TRUE(mentions(error_of([&] { load_checkpoint(dir, CheckpointParts::model); }),

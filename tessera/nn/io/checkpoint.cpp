@@ -146,7 +146,7 @@ std::string describe_entry(const nlohmann::json& e) {
 
 // Checks a tensor file against its record in state.json and reads it.
 StateDict read_recorded(const fs::path& dir, const char* file, const nlohmann::json& files,
-                        const std::string& state_path) {
+                        const std::string& state_path, const StateDict* into = nullptr) {
   const fs::path path = dir / file;
   const std::string where = path.string();
   TESSERA_CHECK(files.contains(file) && files[file].is_object(), state_path,
@@ -166,7 +166,7 @@ StateDict read_recorded(const fs::path& dir, const char* file, const nlohmann::j
                 " does not match ", rec["checksum"].get<std::string>(), " recorded in ", state_path,
                 " (the file is corrupt or from another checkpoint)");
 
-  StateDict tensors = read_safetensors(where).tensors;
+  StateDict tensors = read_safetensors(where, into).tensors;
   const nlohmann::json actual = tensor_manifest(tensors);
   const nlohmann::json& expected = rec["tensors"];
   if (actual == expected) return tensors;
@@ -323,7 +323,8 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointData& da
   return target.string();
 }
 
-CheckpointData load_checkpoint(const std::string& dir_string, CheckpointParts parts) {
+CheckpointData load_checkpoint(const std::string& dir_string, CheckpointParts parts,
+                               const StateDict* into) {
   const fs::path dir(dir_string);
   TESSERA_CHECK(fs::is_directory(dir), "checkpoint ", dir_string, ": not a directory");
   if (is_sharded_checkpoint(dir_string))
@@ -352,7 +353,7 @@ CheckpointData load_checkpoint(const std::string& dir_string, CheckpointParts pa
   if (auto named = parse_checkpoint_name(dir.filename().string()))
     TESSERA_CHECK(*named == data.step, sp, ": 'step' is ", data.step, " but the directory is ",
                   dir.filename().string());
-  data.model = read_recorded(dir, kCheckpointModelFile, s["files"], sp);
+  data.model = read_recorded(dir, kCheckpointModelFile, s["files"], sp, into);
   if (parts == CheckpointParts::all)
     data.optimizer = read_recorded(dir, kCheckpointOptimizerFile, s["files"], sp);
   data.state = std::move(s["state"]);

@@ -60,9 +60,12 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointData& da
 enum class CheckpointParts { all, model };
 
 // Reads and validates one checkpoint directory. With CheckpointParts::model, `optimizer` is
-// left empty and its file is neither read nor checked.
-CheckpointData load_checkpoint(const std::string& dir,
-                               CheckpointParts parts = CheckpointParts::all);
+// left empty and its file is neither read nor checked. Given `into` (a model's state dict),
+// the model tensors that match one of it by name, shape and dtype are read straight into it
+// (read_safetensors), and `model` holds those very tensors; a sharded set reads into fresh
+// tensors.
+CheckpointData load_checkpoint(const std::string& dir, CheckpointParts parts = CheckpointParts::all,
+                               const StateDict* into = nullptr);
 
 // The checkpoint `latest` names; without a `latest` file (a crash right after the first
 // publish), the highest-step checkpoint; nullopt when the run has none. A `latest` that is

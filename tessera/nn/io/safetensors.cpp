@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -250,13 +251,20 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
   return read_header(PosixFile(path));
 }
 
-SafetensorsFile read_safetensors(const std::string& path) {
+SafetensorsFile read_safetensors(const std::string& path, const StateDict* into) {
   PosixFile f(path);
   SafetensorsHeader header = read_header(f);
   SafetensorsFile out;
   out.metadata = std::move(header.metadata);
+  std::map<std::string, Tensor> targets;
+  if (into != nullptr)
+    for (const auto& [name, t] : *into)
+      if (t.defined() && t.device().is_cpu() && t.is_contiguous()) targets.emplace(name, t);
   for (const SafetensorsEntry& e : header.entries) {
-    Tensor t = empty(e.shape, e.dtype);
+    auto target = targets.find(e.name);
+    const bool direct = target != targets.end() && target->second.shape() == e.shape &&
+                        target->second.dtype() == e.dtype;
+    Tensor t = direct ? target->second : empty(e.shape, e.dtype);
     if (e.end > e.begin) f.read_at(header.data_start + e.begin, t.data_ptr(), e.end - e.begin);
     out.tensors.emplace_back(e.name, std::move(t));
   }

@@ -58,8 +58,10 @@ SafetensorsHeader parse_safetensors_header(const char* bytes, uint64_t nbytes, u
                                            const std::string& source);
 // Reads and validates only the header of a file.
 SafetensorsHeader read_safetensors_header(const std::string& path);
-// Reads the whole file into fresh CPU tensors.
-SafetensorsFile read_safetensors(const std::string& path);
+// Reads the whole file into fresh CPU tensors. Given `into`, a tensor of the file whose name
+// `into` holds, with the same shape and dtype, contiguous on the CPU, is read straight into that
+// tensor (and returned as it): a model is loaded without a second copy of its weights.
+SafetensorsFile read_safetensors(const std::string& path, const StateDict* into = nullptr);
 
 // How a writer reads tensors that are not in host memory (a GPU's) without copying any of them
 // whole: read(dst, src, offset, bytes) copies bytes [offset, offset + bytes) of contiguous
