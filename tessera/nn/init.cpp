@@ -60,8 +60,9 @@ void check_split(int rank, int size, const ParamMeta& meta, int64_t dims, const 
                  const std::string& shape) {
   TESSERA_CHECK(size >= 1 && rank >= 0 && rank < size, "shard_of: rank ", rank,
                 " is outside a tensor-parallel group of ", size);
-  TESSERA_CHECK(dims > (meta.shard == ShardKind::rows ? 0 : 1), "shard_of: '", what, "' ", shape,
-                " has no dim ", meta.shard == ShardKind::rows ? 0 : 1, " to split");
+  const int64_t dim = meta.shard == ShardKind::rows ? 0 : 1;
+  TESSERA_CHECK(meta.shard == ShardKind::replicated || dims > dim, "shard_of: '", what, "' ", shape,
+                " has no dim ", dim, " to split");
 }
 
 }  // namespace
@@ -69,8 +70,8 @@ void check_split(int rank, int size, const ParamMeta& meta, int64_t dims, const 
 Tensor shard_of(const Tensor& full, const ParamMeta& meta, int rank, int size,
                 const std::string& what) {
   TESSERA_CHECK(full.defined(), "shard_of: '", what, "' is undefined");
-  if (meta.shard == ShardKind::replicated) return ops::clone(full);
   check_split(rank, size, meta, full.dim(), what, full.describe());
+  if (meta.shard == ShardKind::replicated) return ops::clone(full);
   const int64_t dim = meta.shard == ShardKind::rows ? 0 : 1;
   const std::vector<int64_t> segments =
       split_segments(meta, full.size(dim), size, dim, what, full.describe());
@@ -99,9 +100,9 @@ Tensor shard_of(const Tensor& full, const ParamMeta& meta, int rank, int size,
 
 Tensor init_normal_shard(const Shape& full_shape, const InitSpec& spec, const ParamMeta& meta,
                          int rank, int size, const std::string& what) {
-  if (meta.shard == ShardKind::replicated) return init_normal(full_shape, spec);
   const std::string shape = str_cat(full_shape);
   check_split(rank, size, meta, int64_t(full_shape.size()), what, shape);
+  if (meta.shard == ShardKind::replicated) return init_normal(full_shape, spec);
   TESSERA_CHECK(full_shape.size() == 2, "init_normal_shard: '", what, "' ", shape,
                 " is not a matrix");
   const int64_t dim = meta.shard == ShardKind::rows ? 0 : 1;
