@@ -31,9 +31,9 @@ uint64_t mix_key(std::initializer_list<uint64_t> parts);
 uint64_t param_key(uint64_t init_seed, std::string_view name);
 
 // Whether a model's weights are drawn or left zero. `zeros` serves a model whose every
-// parameter a strict load fills next (generate, serve, ckpt): drawing GPT-2 small's 124M
-// normals took 2.4 s of `tessera generate`'s 3.4 s start on a 2-core machine, zeroing them
-// takes a memset.
+// parameter a strict load fills next (generate, serve, ckpt, a resume): the draws were 71% of
+// `tessera generate`'s CPU time for an 87M-parameter model on a 2-core machine (perf), and its
+// start fell from 3.1-3.9 s to 0.59 s without them and the optimizer file (docs/benchmarks.md).
 enum class ParamInit { drawn, zeros };
 
 // How a layer draws a weight: N(0, std) from the stream of `key` (zeros under ParamInit::zeros).

@@ -153,7 +153,10 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
   if (data.state.contains("options") && data.state["options"].contains("tokenizer"))
     out.tokenizer = data.state["options"]["tokenizer"].get<std::string>();
   out.state = data.state;
-  if (direct && direct->config().to_json() == out.config.to_json()) {
+  if (direct) {
+    TESSERA_CHECK(direct->config().to_json() == out.config.to_json(), "model: ", out.path,
+                  "/state.json changed while it was read (its model config differs between two "
+                  "reads)");
     direct->load_state_dict(data.model, /*strict=*/true);  // every tensor read in place
     out.model = std::move(direct);
   } else {

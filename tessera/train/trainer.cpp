@@ -49,9 +49,9 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<parallel::Communicator> w
   std::optional<ResumePoint> resume = find_resume(o);
   nn::StateDict imported;
   config_ = resolve_config(o, *tokenizer_, resume ? &*resume : nullptr, &imported);
-  // Weights that a strict load replaces below are not drawn: at GPT-2 124M the draw is 2.4 s
-  // of a 2-core machine's start (init.h), and every rank draws whole tensors, so at scale it
-  // adds to each restart's recovery.
+  // Weights that a strict load replaces below are not drawn: a GPT-2 124M bf16 resume built in
+  // 9.5 s with the draws and 2.3 s without on a 2-core machine (docs/benchmarks.md), time that
+  // every restart's recovery pays.
   const nn::ParamInit init =
       resume || !imported.empty() ? nn::ParamInit::zeros : nn::ParamInit::drawn;
   if (uses_layout_engine(o)) {
