@@ -8,5 +8,8 @@
 namespace tessera {
 
 Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+// A contiguous tensor of that shape, dtype and device with no memory behind it yet
+// (Storage::unallocated): reading or writing it throws until its storage is reallocated.
+Tensor unallocated(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 
 }  // namespace tessera

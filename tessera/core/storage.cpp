@@ -12,11 +12,22 @@ Storage::Storage(size_t nbytes, Device device)
 Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
     : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
 
+std::shared_ptr<Storage> Storage::unallocated(size_t nbytes, Device device) {
+  auto s = std::make_shared<Storage>(nullptr, nbytes, device, nullptr);
+  s->allocator_ = &allocator_for(device);
+  s->released_ = true;
+  s->ever_allocated_ = false;
+  return s;
+}
+
 Storage::~Storage() {
   release();
 }
 
 void* Storage::data(const char* op) const {
+  TESSERA_CHECK(ever_allocated_, op, ": the tensor's storage (", nbytes_, " bytes on ", device_,
+                ") has no memory yet: it is a deferred parameter, which the parallel layer ",
+                "allocates and fills (nn::ModelParallel::defer_parameters)");
   TESSERA_CHECK(!released_, op, ": the tensor's storage (", nbytes_, " bytes on ", device_,
                 ") has been freed; a view of released storage cannot be read or written");
   return data_;
@@ -40,6 +51,7 @@ void Storage::reallocate() {
   if (!released_) return;
   data_ = allocator_->allocate(nbytes_);
   released_ = false;
+  ever_allocated_ = true;
 }
 
 }  // namespace tessera

@@ -3,6 +3,8 @@
 //
 // release() frees the memory while views still point at it (ZeRO-3 frees gathered parameters
 // after use this way); any later access through a view throws instead of reading freed memory.
+// unallocated() makes a storage that has a size and a device but no memory until reallocate():
+// a model built with deferred parameters holds only these until the parallel layer fills them.
 
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +23,9 @@ class Storage {
   // Wraps memory owned elsewhere (a memory-mapped file, a host program's buffer); `deleter`
   // runs when the storage is released or destroyed. It may be empty.
   Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
+  // A storage of nbytes on `device` that holds no memory yet (released(), never allocated):
+  // reallocate() gives it memory.
+  static std::shared_ptr<Storage> unallocated(size_t nbytes, Device device);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -30,6 +35,8 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   bool released() const { return released_; }
+  // An unallocated() storage that has not yet had memory.
+  bool never_allocated() const { return !ever_allocated_; }
 
   // Frees the memory now. Views stay valid handles but throw on access.
   void release();
@@ -48,6 +55,7 @@ class Storage {
   Allocator* allocator_ = nullptr;  // null for wrapped memory
   std::function<void(void*)> deleter_;
   bool released_ = false;
+  bool ever_allocated_ = true;  // false until an unallocated() storage first gets memory
   uint64_t version_ = 0;
 };
 

@@ -72,6 +72,9 @@ GPT::GPT(const GPTConfig& config, DType dtype, ModelParallel parallel, ParamInit
                 " does not fit in n_layer = ", config_.n_layer);
   TESSERA_CHECK(layers > 0 || stage.has_embedding || stage.has_head,
                 "GPT: a pipeline stage with no layers, no embedding and no head is empty");
+  TESSERA_CHECK(!parallel_.defer_parameters || config_.quantization != "q8_0", "GPT: a ",
+                config_.quantization, " model quantizes its weights as it builds them, ",
+                "so they cannot be deferred (ModelParallel::defer_parameters)");
   dropout_->seed = config_.init_seed;
   vocab_rows_ = round_up(config_.vocab_size, config_.vocab_multiple * tp_size());
   const int64_t c = config_.n_embd;
@@ -84,7 +87,7 @@ GPT::GPT(const GPTConfig& config, DType dtype, ModelParallel parallel, ParamInit
       vocab_meta.unpadded_size = config_.padded_vocab_size();
   }
   // The embeddings and the final norm sit outside every block: dropout layer -1.
-  const LayerContext root{&config_, -1, "", dtype, dropout_, tp_, init};
+  const LayerContext root{&config_, -1, "", dtype, dropout_, tp_, init, parallel_.defer_parameters};
   const bool tied_copy = !stage.has_embedding && stage.has_head && config_.tie_embeddings;
   if (stage.has_embedding || tied_copy) {
     ParamMeta meta = vocab_meta;
@@ -103,7 +106,8 @@ GPT::GPT(const GPTConfig& config, DType dtype, ModelParallel parallel, ParamInit
   }
   auto h = register_module("h", std::make_shared<ModuleList>());
   for (int64_t i = first_layer_; i < first_layer_ + layers; ++i) {
-    const LayerContext ctx{&config_, i, "h." + std::to_string(i) + ".", dtype, dropout_, tp_, init};
+    const LayerContext ctx{&config_, i,    "h." + std::to_string(i) + ".", dtype, dropout_,
+                           tp_,      init, parallel_.defer_parameters};
     blocks_.push_back(std::make_shared<Block>(ctx));
     h->append(blocks_.back(), i);
   }
@@ -114,14 +118,11 @@ GPT::GPT(const GPTConfig& config, DType dtype, ModelParallel parallel, ParamInit
   if (!stage.has_head) return;
   ln_f_ = register_module("ln_f", make_norm(config_, dtype, tp_));
   if (!config_.tie_embeddings) {
-    lm_head_ = register_module(
-        "lm_head", std::make_shared<Linear>(c, vocab_rows_, false,
-                                            root.child("lm_head").init("weight", kInitStd),
-                                            ParallelSplit{tp_, vocab_meta}));
-    // Zero this rank's rows past the real vocabulary.
-    const Tensor& w = lm_head_->weight();
-    const int64_t start = std::max<int64_t>(config_.vocab_size - vocab_start(), 0);
-    if (start < w.size(0)) ops::zero_(ops::narrow(w, 0, start, w.size(0) - start));
+    // This rank's rows past the real vocabulary are zero.
+    InitSpec spec = root.child("lm_head").init("weight", kInitStd);
+    spec.zero_rows_from = config_.vocab_size;
+    lm_head_ = register_module("lm_head", std::make_shared<Linear>(c, vocab_rows_, false, spec,
+                                                                   ParallelSplit{tp_, vocab_meta}));
   }
 }
 

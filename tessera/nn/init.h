@@ -19,6 +19,7 @@
 #include "tessera/core/tensor.h"
 #include "tessera/nn/gpt_config.h"
 #include "tessera/nn/model_parallel.h"
+#include "tessera/nn/module.h"
 
 namespace tessera::nn {
 
@@ -42,11 +43,38 @@ struct InitSpec {
   double std = 0.02;
   DType dtype = DType::f32;
   ParamInit init = ParamInit::drawn;
+  // Rows of the full matrix from this one on are zero: the vocabulary's padding rows, which
+  // are never looked up and never a class. -1: none.
+  int64_t zero_rows_from = -1;
+  // Build the weight without memory (core unallocated()) and register its fill instead; the
+  // parallel layer then fills only what this rank keeps (ModelParallel::defer_parameters).
+  bool defer = false;
 };
 
 // The full tensor N(0, spec.std) from (spec.key, offset 0), drawn on the CPU; all zeros when
 // spec.init is ParamInit::zeros.
 Tensor init_normal(const Shape& shape, const InitSpec& spec);
+
+// The fill (module.h's ParamFill) of init_normal_shard(full_shape, spec, meta, rank, size):
+// any range of the local tensor's elements, each drawn at its full-tensor stream position, so
+// a ZeRO shard of a tensor-parallel slice draws exactly its elements and nothing else. A
+// constant zero fill under ParamInit::zeros.
+ParamFill normal_fill(const Shape& full_shape, const InitSpec& spec, const ParamMeta& meta,
+                      int rank, int size, const std::string& what);
+// Every element `value` (biases 0, norm gains 1).
+ParamFill constant_fill(double value);
+// A new contiguous CPU tensor of `shape` and `dtype` holding all of the fill's values.
+Tensor materialize(const Shape& shape, DType dtype, const ParamFill& fill);
+
+// What a layer registers for a drawn weight (rank `rank` of `size`'s part of the full matrix
+// as `meta` splits it): its values (init_normal_shard) and no fill, or, under spec.defer, an
+// unallocated tensor of the local shape and the normal_fill that makes its values.
+struct WeightInit {
+  Tensor value;
+  ParamFill fill;
+};
+WeightInit init_weight(const Shape& full_shape, const InitSpec& spec, const ParamMeta& meta,
+                       int rank, int size, const std::string& what);
 
 // Rank `rank`'s part (of `size`) of the full tensor `full` as `meta` splits it: all of it when
 // replicated; otherwise part `rank` of every segment of the split dim, in order. A full tensor
@@ -91,6 +119,7 @@ struct LayerContext {
   std::shared_ptr<const DropoutState> dropout;
   std::shared_ptr<TensorParallelOps> tp;
   ParamInit init_mode = ParamInit::drawn;
+  bool defer = false;  // ModelParallel::defer_parameters: weights are built without memory
 
   // The context of a child module called `name`.
   LayerContext child(const std::string& name) const;

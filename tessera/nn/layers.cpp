@@ -33,17 +33,12 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, const InitS
   check_size(in_features, "Linear", "in_features");
   check_size(out_features, "Linear", "out_features");
   const Shape full{out_features, in_features};
-  if (shard_ == ShardKind::replicated) {
-    weight_ = register_parameter("weight", init_normal(full, init));
-    if (bias) bias_ = register_parameter("bias", zeros(Shape{out_features}, init.dtype));
-    return;
-  }
-  const int r = tp_->rank(), t = tp_->size();
-  ParamMeta wmeta = split.meta;
-  if (wmeta.segments.empty())
+  const int r = tp_ ? tp_->rank() : 0, t = tp_ ? tp_->size() : 1;
+  ParamMeta wmeta = shard_ == ShardKind::replicated ? ParamMeta{} : split.meta;
+  if (shard_ != ShardKind::replicated && wmeta.segments.empty())
     wmeta.segments = {shard_ == ShardKind::rows ? out_features : in_features};
-  weight_ = register_parameter("weight",
-                               init_normal_shard(full, init, wmeta, r, t, "Linear weight"), wmeta);
+  const WeightInit w = init_weight(full, init, wmeta, r, t, "Linear weight");
+  weight_ = register_parameter("weight", w.value, wmeta, w.fill);
   if (!bias) return;
   // A column-parallel bias is split like the weight's rows; a row-parallel one is replicated.
   const ParamMeta bmeta = shard_ == ShardKind::rows ? wmeta : ParamMeta{};
@@ -112,26 +107,21 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, const InitSpec& init, 
                 "Embedding: num_real must be -1 or in [1, ", num_embeddings, "], got ", num_real);
   TESSERA_CHECK(split.meta.shard != ShardKind::cols,
                 "Embedding: only the rows (the vocabulary) can be split");
-  if (!tp_) {
-    Tensor w = init_normal(Shape{num_embeddings, dim}, init);
-    if (num_real != -1 && num_real < num_embeddings)
-      ops::zero_(ops::narrow(w, 0, num_real, num_embeddings - num_real));
-    weight_ = register_parameter("weight", w, split.meta);
-    return;
-  }
   ParamMeta meta = split.meta;
-  if (meta.segments.empty()) meta.segments = {num_embeddings};
-  TESSERA_CHECK(meta.segments.size() == 1 && meta.segments[0] == num_embeddings,
-                "Embedding: a vocab-parallel table splits its ", num_embeddings,
-                " rows as one segment");
-  Tensor w = init_normal_shard(Shape{num_embeddings, dim}, init, meta, tp_->rank(), tp_->size(),
-                               "Embedding weight");
-  vocab_start_ = int64_t(tp_->rank()) * w.size(0);
+  if (tp_) {
+    if (meta.segments.empty()) meta.segments = {num_embeddings};
+    TESSERA_CHECK(meta.segments.size() == 1 && meta.segments[0] == num_embeddings,
+                  "Embedding: a vocab-parallel table splits its ", num_embeddings,
+                  " rows as one segment");
+  }
   // Rows past the real vocabulary are zero, in this rank's slice as in the whole table.
-  const int64_t real = num_real == -1 ? num_embeddings : num_real;
-  const int64_t keep = std::clamp<int64_t>(real - vocab_start_, 0, w.size(0));
-  if (keep < w.size(0)) ops::zero_(ops::narrow(w, 0, keep, w.size(0) - keep));
-  weight_ = register_parameter("weight", w, meta);
+  InitSpec spec = init;
+  if (num_real != -1 && num_real < num_embeddings) spec.zero_rows_from = num_real;
+  const int r = tp_ ? tp_->rank() : 0, t = tp_ ? tp_->size() : 1;
+  const WeightInit w =
+      init_weight(Shape{num_embeddings, dim}, spec, meta, r, t, "Embedding weight");
+  weight_ = register_parameter("weight", w.value, meta, w.fill);
+  vocab_start_ = int64_t(r) * weight_.size(0);
 }
 
 Tensor Embedding::forward(const Tensor& ids) const {

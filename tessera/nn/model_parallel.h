@@ -121,6 +121,11 @@ struct ModelParallel {
   std::shared_ptr<TensorParallelOps> tp;  // null: no tensor parallelism
   StageSpec stage;                        // default: every layer, embedding and head
   std::shared_ptr<UnitHooks> hooks;       // null: none
+  // Build the drawn weights (every Linear and Embedding) without memory, each with the fill
+  // that makes its values (Module::param_fill), for a parallel layer that allocates the
+  // parameters itself and fills only what a rank keeps: ZeRO-3 then never holds a whole stage,
+  // even while building it. Norm gains and biases, a few per block, are built as usual.
+  bool defer_parameters = false;
 };
 
 // One rank, no communication: the copy, reduce, gather and scatter regions return their input

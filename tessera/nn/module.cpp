@@ -3,6 +3,7 @@
 #include <set>
 
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/core/empty.h"
 #include "tessera/core/error.h"
 #include "tessera/core/ops/movement.h"
 
@@ -17,6 +18,15 @@ Tensor find_tensor(const StateDict& dict, const std::string& name) {
 void move_to_device(const StateDict& tensors, Device device) {
   for (const auto& [name, t] : tensors) {
     if (t.device() == device) continue;
+    if (t.storage()->never_allocated()) {
+      const Tensor moved = unallocated(t.shape(), t.dtype(), device);
+      TensorImpl& impl = *t.shared_impl();
+      impl.storage = moved.storage();
+      impl.strides = moved.strides();
+      impl.offset = 0;
+      impl.grad.reset();
+      continue;
+    }
     const Tensor moved = ops::to(ops::contiguous(t), device);
     TensorImpl& impl = *t.shared_impl();
     impl.storage = moved.storage();
@@ -43,9 +53,13 @@ Tensor Module::register_parameter(const std::string& name, const Tensor& value) 
 }
 
 Tensor Module::register_parameter(const std::string& name, const Tensor& value,
-                                  const ParamMeta& meta) {
+                                  const ParamMeta& meta, ParamFill fill) {
   check_new_name(name);
   TESSERA_CHECK(value.defined(), "register_parameter: '", name, "' is undefined");
+  const bool deferred = value.storage()->never_allocated();
+  TESSERA_CHECK(deferred == bool(fill), "register_parameter: '", name, "' ", value.describe(),
+                deferred ? " has no memory yet and no fill to make its values"
+                         : " holds its values, so it takes no fill");
   TESSERA_CHECK(
       meta.shard == ShardKind::replicated || value.dim() >= (meta.shard == ShardKind::cols ? 2 : 1),
       "register_parameter: '", name, "' ", value.describe(), " cannot be split along dim ",
@@ -53,6 +67,7 @@ Tensor Module::register_parameter(const std::string& name, const Tensor& value,
   value.set_requires_grad(true);
   params_.emplace_back(name, value);
   metas_.push_back(meta);
+  fills_.push_back(std::move(fill));
   return value;
 }
 
@@ -61,6 +76,7 @@ void Module::unregister_parameter(const std::string& name) {
     if (params_[i].first == name) {
       params_.erase(params_.begin() + int64_t(i));
       metas_.erase(metas_.begin() + int64_t(i));
+      fills_.erase(fills_.begin() + int64_t(i));
       return;
     }
   detail::throw_error("module: no parameter '", name, "' to remove");
@@ -166,6 +182,23 @@ void Module::zero_grad() {
 void Module::train(bool on) {
   training_ = on;
   for (auto& [n, child] : children_) child->train(on);
+}
+
+const ParamFill* Module::find_fill(const std::string& name) const {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].first == name) return &fills_[i];
+  const size_t dot = name.find('.');
+  if (dot == std::string::npos) return nullptr;
+  for (const auto& [n, child] : children_)
+    if (name.compare(0, dot, n) == 0 && n.size() == dot)
+      return child->find_fill(name.substr(dot + 1));
+  return nullptr;
+}
+
+ParamFill Module::param_fill(const std::string& name) const {
+  const ParamFill* fill = find_fill(name);
+  TESSERA_CHECK(fill != nullptr, "param_fill: the model has no parameter '", name, "'");
+  return *fill;
 }
 
 }  // namespace tessera::nn

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/tiny_models.h"
+#include "support/error_of.h"
 
 namespace tessera::nn {
 namespace {
@@ -175,6 +176,53 @@ TEST(GPT, ZeroInitDrawsNothingAndALoadMakesItTheDrawnModel) {
     blank.load_state_dict(drawn.state_dict());
     EXPECT_EQ(to_vector<float>(blank.forward(idx)), to_vector<float>(drawn.forward(idx)));
   }
+}
+
+// With defer_parameters every Linear and Embedding weight is built without memory: the model
+// holds only its norm gains, biases and buffers, reading a deferred weight is an error that
+// says why, and each weight's fill makes exactly the drawn model's values (the padded vocabulary
+// rows zero), or zeros under ParamInit::zeros.
+TEST(GPT, DeferredWeightsHoldNoMemoryAndTheirFillsAreTheDrawnWeights) {
+  for (const GPTConfig& c : {tiny_gpt2(2), tiny_llama()})
+    for (ParamInit init : {ParamInit::drawn, ParamInit::zeros}) {
+      const GPT drawn(c);
+      ModelParallel mp;
+      mp.defer_parameters = true;
+      Allocator& host = allocator_for(Device::cpu());
+      const int64_t before = host.stats().live_bytes;
+      const GPT deferred(c, DType::f32, mp, init);
+      int64_t held = 0;
+      for (const auto& [name, t] : deferred.state_dict())
+        if (!t.storage()->never_allocated()) held += int64_t(t.nbytes());
+      EXPECT_EQ(host.stats().live_bytes - before, held);
+      int64_t weights = 0;
+      for (const auto& [name, t] : deferred.named_parameters()) {
+        const ParamFill fill = deferred.param_fill(name);
+        const bool drawn_weight = name.ends_with("weight") && t.dim() == 2;
+        ASSERT_EQ(bool(fill), drawn_weight) << name;
+        ASSERT_EQ(t.storage()->never_allocated(), drawn_weight) << name;
+        if (!drawn_weight) continue;
+        ++weights;
+        const std::vector<float> v = to_vector<float>(materialize(t.shape(), t.dtype(), fill));
+        EXPECT_EQ(v, init == ParamInit::zeros ? std::vector<float>(v.size(), 0.0f)
+                                              : to_vector<float>(param(drawn, name)))
+            << name;
+      }
+      EXPECT_GT(weights, 4);
+      EXPECT_NE(tessera::testing::error_of([&] {
+                  to_vector<float>(param(deferred, "wte.weight"));
+                }).find("has no memory yet: it is a deferred parameter"),
+                std::string::npos)
+          << tessera::testing::error_of([&] { to_vector<float>(param(deferred, "wte.weight")); });
+    }
+  GPTConfig q8 = tiny_gpt2(2);
+  q8.quantization = "q8_0";
+  ModelParallel mp;
+  mp.defer_parameters = true;
+  EXPECT_NE(tessera::testing::error_of([&] {
+              GPT(q8, DType::f32, mp);
+            }).find("cannot be deferred (ModelParallel::defer_parameters)"),
+            std::string::npos);
 }
 
 TEST(GPT, StateDictRoundTrip) {

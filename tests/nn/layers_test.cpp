@@ -125,6 +125,56 @@ TEST(Init, AShardDrawsExactlyItsSliceOfTheWholeDraw) {
             std::string::npos);
 }
 
+// A deferred weight's fill writes any range of its local (tensor-parallel) elements, in any
+// pieces, exactly as the whole draw has them: shard_of of init_normal, with the rows from
+// zero_rows_from on zeroed (the vocabulary's padding), for every split of the test above.
+TEST(Init, AFillWritesAnyRangeAsTheWholeDrawHasIt) {
+  struct Case {
+    ShardKind shard;
+    Shape full;
+    std::vector<int64_t> segments;
+    int64_t zero_rows_from;
+  };
+  const std::vector<Case> cases = {
+      {ShardKind::replicated, {9, 5}, {}, -1},    {ShardKind::replicated, {9, 5}, {}, 7},
+      {ShardKind::rows, {12, 7}, {}, 9},          {ShardKind::cols, {5, 12}, {}, 3},
+      {ShardKind::rows, {24, 5}, {12, 4, 8}, -1}, {ShardKind::cols, {3, 24}, {12, 4, 8}, -1}};
+  for (const Case& c : cases)
+    for (DType dtype : {DType::f32, DType::bf16})
+      for (int size : {1, 2, 4}) {
+        if (c.shard == ShardKind::replicated && size > 1) continue;
+        ParamMeta meta;
+        meta.shard = c.shard;
+        meta.segments = c.segments;
+        InitSpec spec{param_key(3, "lm_head.weight"), 0.02, dtype};
+        Tensor whole = init_normal(c.full, spec);
+        if (c.zero_rows_from >= 0)
+          ops::zero_(ops::narrow(whole, 0, c.zero_rows_from, c.full[0] - c.zero_rows_from));
+        spec.zero_rows_from = c.zero_rows_from;
+        for (int r = 0; r < size; ++r) {
+          const std::vector<float> want =
+              to_vector<float>(ops::cast(shard_of(whole, meta, r, size, "w"), DType::f32));
+          const ParamFill fill = normal_fill(c.full, spec, meta, r, size, "w");
+          // Pieces of 1, 2, 3, ... elements, so they start and end inside rows and parts.
+          const int64_t n = int64_t(want.size());
+          Tensor got = empty(Shape{n}, dtype);
+          for (int64_t at = 0, len = 1; at < n; at += len, ++len)
+            fill(at, ops::narrow(got, 0, at, std::min(len, n - at)));
+          EXPECT_EQ(to_vector<float>(ops::cast(got, DType::f32)), want)
+              << c.full << " rank " << r << " of " << size << " " << dtype_name(dtype);
+        }
+      }
+  const ParamFill fill = normal_fill(Shape{4, 3}, InitSpec{1}, ParamMeta{}, 0, 1, "w");
+  EXPECT_NE(tessera::testing::error_of([&] {
+              fill(10, empty(Shape{3}));
+            }).find("normal_fill: 'w' elements [10, 13) are outside its 12"),
+            std::string::npos);
+  EXPECT_NE(tessera::testing::error_of([&] {
+              fill(0, empty(Shape{3}, DType::bf16));
+            }).find("fills a contiguous 1-D CPU f32 tensor"),
+            std::string::npos);
+}
+
 TEST(Dropout, TrainingDropsAndScalesEvalIsIdentity) {
   auto state = std::make_shared<DropoutState>();
   state->seed = 99;

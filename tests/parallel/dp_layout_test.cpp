@@ -187,6 +187,52 @@ RANK_TEST(FlatParamsN1, ShardedParametersLiveOnlyWhileGathered) {
   EXPECT_FALSE(flat.gathered(b));
 }
 
+// A model built with deferred weights holds none of them, and a sharded FlatParams fills this
+// rank's shards straight from their fills: the shards are the drawn model's to the bit, and
+// the rank never held more than its shards beside the few tensors built as usual (norm gains,
+// biases). Built held instead (defer_parameters false), the whole model sits in memory first
+// and the peak bound fails.
+RANK_TEST(FlatParamsN1, DeferredWeightsFillOnlyThisRanksShard) {
+  const nn::GPTConfig config = nn::testing::tiny_llama();
+  const nn::GPT drawn(config);
+  LayoutOptions o;
+  o.dp_size = 4;
+  o.units = gpt_units(drawn.named_parameters());
+  const FlatLayout drawn_layout(drawn.named_parameters(), o);
+  const int rank = 2;
+  // What a model holds beside its drawn (2-D) weights: norm gains, biases, buffers.
+  int64_t small = 0;
+  for (const auto& [name, t] : drawn.state_dict()) {
+    const Tensor p = nn::find_tensor(drawn.named_parameters(), name);
+    if (!p.defined() || p.dim() != 2) small += int64_t(t.nbytes());
+  }
+  const FlatParams want(drawn_layout, rank, /*sharded=*/true);
+
+  Allocator& host = allocator_for(Device::cpu());
+  const int64_t before = host.stats().live_bytes;
+  host.reset_peak();
+  nn::ModelParallel mp;
+  mp.defer_parameters = true;
+  const nn::GPT gpt(config, DType::f32, mp);
+  int64_t deferred = 0;
+  for (const auto& [name, p] : gpt.named_parameters())
+    if (p.storage()->never_allocated()) deferred += int64_t(p.nbytes());
+  EXPECT_EQ(host.stats().live_bytes - before, small);
+  const FlatLayout layout(gpt.named_parameters(), o);
+  const FlatParams got(layout, rank, /*sharded=*/true, nullptr,
+                       [&](const std::string& name) { return gpt.param_fill(name); });
+  int64_t shards = 0;
+  for (size_t b = 0; b < layout.buckets().size(); ++b) {
+    shards += int64_t(got.shard(int(b)).nbytes());
+    EXPECT_EQ(to_vector<float>(got.shard(int(b))), to_vector<float>(want.shard(int(b))))
+        << "bucket " << b;
+  }
+  const int64_t peak = host.stats().peak_bytes - before;
+  EXPECT_GT(deferred, 4 * small);  // the drawn weights are nearly all of it
+  // The shards, the small tensors, and the layout's few small vectors (1 KiB covers them).
+  EXPECT_LE(peak, shards + small + 1024) << "deferred weights " << deferred;
+}
+
 // On a group of one, DataParallel at every stage is the single-process optimizer, bit for bit:
 // the flat buffers, shards and segment-wise norm change no number (the norm's pieces are the
 // whole gradients in parameter order, exactly nn::global_grad_norm's list).

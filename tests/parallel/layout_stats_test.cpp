@@ -77,5 +77,37 @@ TEST(LayoutStatsN4, Bf16ZeroThreeShardsTheComputeCopy) {
   EXPECT_LT(s3.memory.parameters_peak, s0.memory.parameters);  // never the whole model
 }
 
+// The weights are built without memory and each rank fills only its part into DataParallel's
+// buffers (nn::ModelParallel::defer_parameters), so building a ZeRO-3 trainer never holds more
+// host memory than the built trainer keeps, beyond the tensors built as usual (norm gains,
+// biases, buffers: `small`, under bf16 once more for the compute copy) and temporaries. At dp4
+// the kept state is 16 bytes a parameter / 4 (fp32 master, gradient, two moments): a stage's
+// weights built whole (4 bytes a parameter, bf16 6) exceed it, and the bound fails.
+TEST(LayoutStatsN4, BuildingZeroThreeHoldsNoMoreThanTheBuiltTrainer) {
+  nn::testing::OneThread one_thread;
+  Allocator& host = allocator_for(Device::cpu());
+  int64_t small = 0;
+  const nn::GPT model(testing::layout_gpt2());
+  for (const auto& [name, t] : model.state_dict()) {
+    const Tensor p = nn::find_tensor(model.named_parameters(), name);
+    if (!p.defined() || p.dim() != 2) small += int64_t(t.nbytes());
+  }
+  for (nn::Precision precision : {nn::Precision::fp32, nn::Precision::bf16}) {
+    ParallelConfig p = testing::layout_config({4, 1, 1});
+    p.zero_stage = 3;
+    p.precision = precision;
+    const int64_t before = host.stats().live_bytes;
+    host.reset_peak();
+    ParallelTrainer trainer(MpiCommunicator::world(), testing::layout_gpt2(), p);
+    const int64_t peak = host.stats().peak_bytes - before;
+    const int64_t kept = host.stats().live_bytes - before;
+    if (MpiCommunicator::world()->rank() == 0)
+      std::printf("  dp4 ZeRO-3 %s rank 0: building peaked at %lld bytes, keeps %lld\n",
+                  precision == nn::Precision::fp32 ? "fp32" : "bf16", (long long)peak,
+                  (long long)kept);
+    EXPECT_LE(peak, kept + 2 * small + 1024) << nn::precision_name(precision);
+  }
+}
+
 }  // namespace
 }  // namespace tessera::parallel

@@ -8,6 +8,9 @@ void check_defined(const char* op, const Tensor& t, const char* what) {
 }
 
 void check_alive(const char* op, const Tensor& t, const char* what) {
+  TESSERA_CHECK(!t.storage()->never_allocated(), op, ": ", what, " (", t.describe(),
+                ") has no memory yet: it is a deferred parameter, which the parallel layer ",
+                "allocates and fills (nn::ModelParallel::defer_parameters)");
   TESSERA_CHECK(!t.storage()->released(), op, ": ", what, " (", t.describe(),
                 ") is a view of storage that has been freed");
 }

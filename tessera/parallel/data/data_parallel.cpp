@@ -9,6 +9,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
+#include "tessera/nn/init.h"
 #include "tessera/nn/optim/optimizer.h"
 
 namespace tessera::parallel {
@@ -27,6 +28,8 @@ void check_same_parameters(const nn::StateDict& params, Communicator& dp) {
   int64_t elements = 0;
   for (const auto& [name, p] : params) {
     mix(name.data(), name.size());
+    const uint8_t deferred = p.storage()->never_allocated();  // deferred ones skip the broadcast
+    mix(&deferred, 1);
     for (int d = 0; d < p.dim(); ++d) {
       int64_t s = p.size(d);
       mix(&s, sizeof(s));
@@ -42,7 +45,7 @@ void check_same_parameters(const nn::StateDict& params, Communicator& dp) {
                 "DataParallel: the ranks of group ", dp.name(), " hold different parameters (",
                 "this rank: ", n, " tensors, ", elements, " elements; the group spans ", -got[3],
                 "..", got[0], " tensors, ", -got[4], "..", got[1],
-                " elements, or names/shapes differ)");
+                " elements, or names, shapes or which are deferred differ)");
 }
 
 }  // namespace
@@ -68,11 +71,12 @@ DataParallel::DataParallel(const nn::StateDict& params, Communicator& dp, DataPa
                 "f16, got compute dtype ", dtype_name(config_.compute_dtype));
   NoGradGuard no_grad;
   check_same_parameters(params, *dp_);
-  // Rank 0's values win, as in PyTorch DDP (keyed init makes them equal anyway).
+  // Rank 0's values win, as in PyTorch DDP (keyed init makes them equal anyway); a deferred
+  // parameter has no values yet, and its fill is the same on every rank.
   for (const auto& [name, p] : params) {
     TESSERA_CHECK(p.is_contiguous(), "DataParallel: parameter '", name, "' (", p.describe(),
                   ") must be contiguous");
-    dp_->broadcast(p, 0);
+    if (!p.storage()->never_allocated()) dp_->broadcast(p, 0);
   }
   LayoutOptions lo;
   lo.dp_size = dp_->size();
@@ -83,8 +87,9 @@ DataParallel::DataParallel(const nn::StateDict& params, Communicator& dp, DataPa
   const int stage = config_.zero_stage;
   if (config_.offload_optimizer)
     host_ = std::make_unique<HostTransfers>(layout_->params().front().tensor.device());
-  params_ = std::make_unique<FlatParams>(*layout_, dp_->rank(),
-                                         stage == 3 || config_.offload_optimizer, host_.get());
+  params_ =
+      std::make_unique<FlatParams>(*layout_, dp_->rank(), stage == 3 || config_.offload_optimizer,
+                                   host_.get(), config_.param_fill);
   reducer_ = std::make_unique<GradReducer>(*layout_, stage, *dp_, config_.tied_group,
                                            config_.compression, config_.overlap);
   optimizer_ = std::make_unique<ZeroAdamW>(*layout_, stage, dp_->rank(), config_.adamw, host_.get(),
@@ -119,7 +124,9 @@ DataParallel::DataParallel(const nn::StateDict& params, Communicator& dp, DataPa
           compute_layout_->buckets()[b].numel == layout_->buckets()[b].numel &&
               compute_layout_->buckets()[b].shard_offset == layout_->buckets()[b].shard_offset,
           "the compute layout's bucket ", b, " differs from the master's");
-    compute_params_ = std::make_unique<FlatParams>(*compute_layout_, dp_->rank(), true);
+    compute_params_ =
+        std::make_unique<FlatParams>(*compute_layout_, dp_->rank(), true, nullptr,
+                                     [](const std::string&) { return nn::constant_fill(0.0); });
     compute_hooks_ = std::make_shared<Zero3Hooks>(*compute_layout_, *compute_params_, *dp_,
                                                   config_.zero3_prefetch);
   }

@@ -80,6 +80,13 @@ struct DataParallelConfig {
   // from finish(), after backward (what overlap is measured against).
   bool overlap = true;
 
+  // The fills of deferred parameters (nn::ModelParallel::defer_parameters), by name: each rank
+  // fills only its part of them straight into its flat buffers. They are not broadcast from
+  // rank 0 as the others are: a fill is the same pure function of the name on every rank.
+  // Deferred parameters of `compute` need none: they start at zero and the precision layer
+  // rounds them from the master before any use. Empty: no parameter is deferred.
+  ParamFillLookup param_fill;
+
   // Model parallelism around the dp group, for the global norm (grad_norm.h).
   std::function<nn::ParamMeta(const std::string&)> param_meta;  // empty: all replicated
   Communicator* tp = nullptr;              // replicated parameters count on its rank 0

@@ -4,6 +4,7 @@
 
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/backend.h"
+#include "tessera/core/empty.h"
 #include "tessera/core/error.h"
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
@@ -17,10 +18,23 @@ Tensor flat_view(const std::shared_ptr<Storage>& storage, int64_t offset, int64_
   return Tensor(storage, Shape{numel}, Strides{1}, offset, dtype);
 }
 
+// Elements [begin, begin + dst.numel()) of a deferred parameter into dst, through host
+// chunks of at most 16 MiB when dst is on a device.
+void fill_into(const nn::ParamFill& fill, int64_t begin, const Tensor& dst) {
+  if (dst.device() == Device::cpu()) return fill(begin, dst);
+  const int64_t chunk = (int64_t(16) << 20) / int64_t(dtype_size(dst.dtype()));
+  for (int64_t at = 0; at < dst.numel(); at += chunk) {
+    const int64_t n = std::min(chunk, dst.numel() - at);
+    Tensor host = empty(Shape{n}, dst.dtype(), Device::cpu());
+    fill(begin + at, host);
+    ops::copy_(ops::narrow(dst, 0, at, n), host);
+  }
+}
+
 }  // namespace
 
 FlatParams::FlatParams(const FlatLayout& layout, int dp_rank, bool sharded,
-                       const HostTransfers* host)
+                       const HostTransfers* host, const ParamFillLookup& fill_of)
     : layout_(layout), rank_(dp_rank), sharded_(sharded), offloaded_(host != nullptr) {
   TESSERA_CHECK(dp_rank >= 0 && dp_rank < layout.dp_size(), "FlatParams: dp rank ", dp_rank,
                 " is outside a group of ", layout.dp_size());
@@ -33,42 +47,60 @@ FlatParams::FlatParams(const FlatLayout& layout, int dp_rank, bool sharded,
     TESSERA_CHECK(p.tensor.device() == device, "FlatParams: parameter '", p.name, "' is ",
                   p.tensor.describe(), " but '", layout.params().front().name, "' is on ", device,
                   "; one data-parallel layout holds the parameters of one device");
+  // Sharded, a bucket has memory only while gathered, and the shards (padding zero) are all
+  // a rank ever holds, at construction too: each parameter's part is copied, or for a deferred
+  // one filled, straight into them.
   if (sharded) {
     gathered_version_.assign(buckets.size(), 0);
     for (const auto& b : buckets)
-      storage_.push_back(std::make_shared<Storage>(
+      storage_.push_back(Storage::unallocated(
           size_t(b.numel) * dtype_size(spaces[size_t(b.space)].dtype), device));
-    for (const auto& s : spaces)
+    for (const auto& s : spaces) {
       shards_.push_back(host != nullptr ? host->host_empty(s.shard_numel, s.dtype)
-                                        : zeros(Shape{s.shard_numel}, s.dtype, device));
+                                        : empty(Shape{s.shard_numel}, s.dtype, device));
+      ops::zero_(shards_.back());
+    }
   } else {
-    for (const auto& s : spaces)
+    for (const auto& s : spaces) {
       storage_.push_back(std::make_shared<Storage>(size_t(s.numel) * dtype_size(s.dtype), device));
-  }
-  // Zero the padding (the whole buffer: parameters overwrite their part next).
-  for (size_t i = 0; i < storage_.size(); ++i) {
-    DType dtype = sharded ? spaces[size_t(buckets[i].space)].dtype : spaces[i].dtype;
-    int64_t numel = int64_t(storage_[i]->nbytes() / dtype_size(dtype));
-    ops::zero_(flat_view(storage_[i], 0, numel, dtype));
+      ops::zero_(flat_view(storage_.back(), 0, s.numel, s.dtype));  // the padding
+    }
   }
   for (const auto& p : layout.params()) {
+    TensorImpl* impl = p.tensor.impl_ptr();
+    const int64_t numel = p.tensor.numel();
+    nn::ParamFill fill;
+    if (impl->storage->never_allocated()) {
+      fill = fill_of ? fill_of(p.name) : nn::ParamFill();
+      TESSERA_CHECK(fill != nullptr, "FlatParams: parameter '", p.name, "' ", p.tensor.describe(),
+                    " is deferred (no memory yet) and nothing says how to fill it (",
+                    "DataParallelConfig::param_fill)");
+    }
     const auto& b = buckets[size_t(p.bucket)];
     const auto& storage = storage_[size_t(sharded ? p.bucket : b.space)];
     const int64_t offset = (sharded ? 0 : b.flat_offset) + p.offset;
-    TensorImpl* impl = p.tensor.impl_ptr();
-    ops::copy_(Tensor(storage, impl->shape, contiguous_strides(impl->shape), offset, impl->dtype),
-               p.tensor);
+    if (sharded) {
+      // This rank's part of the parameter: bucket elements [lo, hi) of its shard.
+      const int64_t s = layout.shard_numel(p.bucket), first = rank_ * s;
+      const int64_t lo = std::max(p.offset, first), hi = std::min(p.offset + numel, first + s);
+      if (lo < hi) {
+        const Tensor dst = ops::narrow(shard(p.bucket), 0, lo - first, hi - lo);
+        if (fill)
+          fill_into(fill, lo - p.offset, dst);
+        else
+          ops::copy_(dst, ops::narrow(flat_view(impl->storage, impl->offset, numel, impl->dtype), 0,
+                                      lo - p.offset, hi - lo));
+      }
+    } else if (fill) {
+      fill_into(fill, 0, flat_view(storage, offset, numel, impl->dtype));
+    } else {
+      ops::copy_(Tensor(storage, impl->shape, contiguous_strides(impl->shape), offset, impl->dtype),
+                 p.tensor);
+    }
     impl->storage = storage;
     impl->strides = contiguous_strides(impl->shape);
     impl->offset = offset;
     impl->grad.reset();
-  }
-  if (sharded) {
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      ops::copy_(shard(int(b)), ops::narrow(bucket(int(b)), 0, rank_ * layout.shard_numel(int(b)),
-                                            layout.shard_numel(int(b))));
-      storage_[b]->release();
-    }
   }
   reset_peak();
 }

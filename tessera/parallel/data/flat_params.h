@@ -12,22 +12,30 @@
 // host memory, so the device holds none of these parameters except while gathered.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "tessera/nn/module.h"
 #include "tessera/parallel/comm/communicator.h"
 #include "tessera/parallel/data/flat_layout.h"
 #include "tessera/parallel/data/host_transfers.h"
 
 namespace tessera::parallel {
 
+// The fill of a deferred parameter (nn::ModelParallel::defer_parameters) by its name.
+using ParamFillLookup = std::function<nn::ParamFill(const std::string& name)>;
+
 class FlatParams {
  public:
   // Moves the layout's parameters into flat storage; with `sharded`, keeps only dp_rank's shard
   // of each bucket and frees the rest. Drops any gradient the parameters held. With `host`
-  // (sharded only), the shards live in its host buffers.
+  // (sharded only), the shards live in its host buffers. A deferred parameter (no memory yet)
+  // is filled in place by fill_of(its name), only the part this rank keeps: sharded, the
+  // rank never holds more than its shards, not even while building them.
   FlatParams(const FlatLayout& layout, int dp_rank, bool sharded,
-             const HostTransfers* host = nullptr);
+             const HostTransfers* host = nullptr, const ParamFillLookup& fill_of = {});
 
   bool sharded() const { return sharded_; }
   bool offloaded() const { return offloaded_; }

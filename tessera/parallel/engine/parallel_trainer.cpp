@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <numeric>
 
 #include "tessera/core/allocator.h"
@@ -53,23 +54,30 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
   const bool mixed = config_.precision != nn::Precision::fp32;
   std::vector<std::shared_ptr<nn::GPT>> compute;
   nn::StateDict params, compute_params;
+  // The weights are built without memory and DataParallel fills each rank's part into its flat
+  // buffers: no rank holds a stage's parameters twice (ZeRO 0-2: model and flat copy), or, at
+  // ZeRO-3, more than its shards (docs/fitting.md).
+  auto fills = std::make_shared<std::map<std::string, nn::ParamFill>>();
   for (int c = 0; c < config_.virtual_stages; ++c) {
     nn::ModelParallel mp;
     mp.tp = tp_;
     mp.stage = pipeline_stage_spec(model_.n_layer, shape.size("pp"), config_.virtual_stages,
                                    mesh_->pp_rank(), c);
     mp.hooks = hooks_;
+    mp.defer_parameters = true;
     auto chunk = std::make_shared<nn::GPT>(model_, DType::f32, mp, config_.init);
     chunk->set_recompute(config_.recompute);
     nn::move_to_device(chunk->state_dict(), config_.device);
     for (const auto& [name, p] : chunk->named_parameters()) {
       params.emplace_back(name, p);
       metas_.emplace(name, chunk->param_meta(name));
+      if (nn::ParamFill fill = chunk->param_fill(name)) fills->emplace(name, std::move(fill));
     }
     if (mixed) {
       // Below ZeRO-3 its parameters are whole (rounded from the master); at ZeRO-3 they are
       // sharded like the master and gathered per unit in the compute dtype (data_parallel.h).
       mp.hooks = config_.zero_stage == 3 ? compute_hooks_ : nullptr;
+      mp.defer_parameters = config_.zero_stage == 3;
       auto c16 = std::make_shared<nn::GPT>(model_, nn::compute_dtype(config_.precision), mp,
                                            nn::ParamInit::zeros);  // precision_ syncs it
       c16->set_recompute(config_.recompute);
@@ -110,6 +118,10 @@ ParallelTrainer::ParallelTrainer(std::shared_ptr<Communicator> world, const nn::
   if (mixed && config_.zero_stage == 3) dc.compute = compute_params;
   dc.overlap = config_.overlap;
   dc.param_meta = [this](const std::string& name) { return meta_of(name); };
+  dc.param_fill = [fills](const std::string& name) {
+    auto it = fills->find(name);
+    return it == fills->end() ? nn::ParamFill() : it->second;
+  };
   dc.tp = &mesh_->tp();
   if (shape.size("pp") > 1) dc.norm_groups = {&mesh_->pp()};
   const bool holds_wte = nn::find_tensor(params, "wte.weight").defined();
