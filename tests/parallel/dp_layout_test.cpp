@@ -8,6 +8,7 @@
 #include "nn/tiny_models.h"
 #include "parallel/dp_test_util.h"
 #include "parallel/rank_test.h"
+#include "support/error_of.h"
 #include "tessera/parallel/comm/local_communicator.h"
 
 namespace tessera::parallel {
@@ -229,6 +230,13 @@ RANK_TEST(FlatParamsN1, DeferredWeightsFillOnlyThisRanksShard) {
   }
   const int64_t peak = host.stats().peak_bytes - before;
   EXPECT_GT(deferred, 4 * small);  // the drawn weights are nearly all of it
+  // Deferred weights and nothing to fill them with: an error naming the first.
+  const nn::GPT unfilled(config, DType::f32, mp);
+  const FlatLayout unfilled_layout(unfilled.named_parameters(), o);
+  EXPECT_NE(tessera::testing::error_of([&] { FlatParams(unfilled_layout, rank, true); })
+                .find("parameter 'wte.weight' f32[24, 16] on cpu is deferred (no memory yet) and "
+                      "nothing says how to fill it (DataParallelConfig::param_fill)"),
+            std::string::npos);
   // The shards, the small tensors, and the layout's few small vectors (1 KiB covers them).
   EXPECT_LE(peak, shards + small + 1024) << "deferred weights " << deferred;
 }
