@@ -20,6 +20,7 @@
 #include "tessera/nn/gpt_config.h"
 #include "tessera/nn/model_parallel.h"
 #include "tessera/nn/module.h"
+#include "tessera/nn/shard_map.h"
 
 namespace tessera::nn {
 
@@ -76,14 +77,9 @@ struct WeightInit {
 WeightInit init_weight(const Shape& full_shape, const InitSpec& spec, const ParamMeta& meta,
                        int rank, int size, const std::string& what);
 
-// Rank `rank`'s part (of `size`) of the full tensor `full` as `meta` splits it: all of it when
-// replicated; otherwise part `rank` of every segment of the split dim, in order. A full tensor
-// whose split dim has meta.unpadded_size is first padded with zero rows to the segments' sum.
-// Tensor-parallel layers take their slice of the full tensor init_normal would draw
-// (init_normal_shard), so every layout starts from the single-process weights. Returns a new
-// contiguous tensor; `what` names the tensor in errors.
-Tensor shard_of(const Tensor& full, const ParamMeta& meta, int rank, int size,
-                const std::string& what);
+// shard_of (shard_map.h) takes a rank's part of a full tensor. Tensor-parallel layers take
+// their slice of the full tensor init_normal would draw (init_normal_shard), so every layout
+// starts from the single-process weights.
 // shard_of(init_normal(full_shape, spec), meta, rank, size, what), bit for bit, drawing only
 // the elements this rank keeps (the stream position of full element (r, c) is r * cols + c):
 // a rank of a tp-way split draws 1/tp of the tensor and never holds the whole. A matrix whose

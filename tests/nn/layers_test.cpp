@@ -167,7 +167,7 @@ TEST(Init, AFillWritesAnyRangeAsTheWholeDrawHasIt) {
   const ParamFill fill = normal_fill(Shape{4, 3}, InitSpec{1}, ParamMeta{}, 0, 1, "w");
   EXPECT_NE(tessera::testing::error_of([&] {
               fill(10, empty(Shape{3}));
-            }).find("normal_fill: 'w' elements [10, 13) are outside its 12"),
+            }).find("'w': elements [10, 13) are outside its 12 (local shape [4, 3])"),
             std::string::npos);
   EXPECT_NE(tessera::testing::error_of([&] {
               fill(0, empty(Shape{3}, DType::bf16));
