@@ -44,9 +44,9 @@ ShardMap::ShardMap(const Shape& full_shape, const ParamMeta& meta, int rank, int
   const std::string shape = str_cat(full_shape);
   check_split(rank, size, meta, int64_t(full_shape.size()), what, shape);
   if (meta.shard == ShardKind::replicated) return;
-  TESSERA_CHECK(full_shape.size() == 2, "init_normal_shard: '", what, "' ", shape,
-                " is not a matrix");
   dim_ = meta.shard == ShardKind::rows ? 0 : 1;
+  TESSERA_CHECK(dim_ == 0 || full_shape.size() == 2, "shard map: '", what, "' ", shape,
+                " is split by columns but is not a matrix");
   const std::vector<int64_t> segments =
       split_segments(meta, full_shape[int(dim_)], size, dim_, what, shape);
   int64_t start = 0, at = 0;  // the segment's start in the full dim, its part's in the local
@@ -73,12 +73,14 @@ void ShardMap::for_each_run(
     if (lo < hi) run(lo, full + lo - first, hi - lo);
   };
   if (dim_ == -1) return run(begin, begin, end - begin);
-  const int64_t cols = full_.back();
   if (dim_ == 0) {
-    // Rows: a part is whole rows, consecutive in the full tensor.
-    for (const Part& p : parts_) part(p.local * cols, p.length * cols, p.full * cols);
+    // Rows (of any rank: a row is all the elements of one index of dim 0): a part is whole
+    // rows, consecutive in the full tensor.
+    const int64_t row = full_[0] == 0 ? 0 : full_.numel() / full_[0];
+    for (const Part& p : parts_) part(p.local * row, p.length * row, p.full * row);
     return;
   }
+  const int64_t cols = full_.back();
   // Columns: each (row, part) is consecutive.
   const int64_t local_cols = local_.back();
   for (int64_t r = begin / local_cols; r <= (end - 1) / local_cols; ++r)

@@ -115,6 +115,26 @@ std::optional<nn::GPTConfig> peek_model_config(const std::string& dir) {
   }
 }
 
+// Whether `dir` is a sharded set (false for anything unusual: load_checkpoint then names it).
+bool is_sharded_dir(const std::string& dir) {
+  try {
+    return nn::is_sharded_checkpoint(dir);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// The model config, step, tokenizer and state of a checkpoint's state.json into `out`.
+void describe_checkpoint(const nn::CheckpointData& data, LoadedModel& out) {
+  TESSERA_CHECK(data.state.contains("model_config"), "model: ", out.path,
+                " has no model_config in its state (not written by tessera train?)");
+  out.config = nn::GPTConfig::from_json(data.state["model_config"]);
+  out.step = data.step;
+  if (data.state.contains("options") && data.state["options"].contains("tokenizer"))
+    out.tokenizer = data.state["options"]["tokenizer"].get<std::string>();
+  out.state = data.state;
+}
+
 }  // namespace
 
 LoadedModel load_model(const std::string& spec, int64_t n_head,
@@ -134,6 +154,24 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
     TESSERA_CHECK(latest.has_value(), "model: run directory ", spec, " has no checkpoint yet");
     out.path = *latest;
   }
+  // Tensor parallelism and an unsharded checkpoint: the file is checked whole (its checksum),
+  // then each rank reads only its slices of it into its own tensors, so no rank holds the full
+  // model (at tp8 a rank's load holds 1/8 of it, not all of it beside its slice).
+  if (tp && !is_sharded_dir(out.path)) {
+    const nn::CheckpointData data =
+        nn::load_checkpoint(out.path, nn::CheckpointParts::model_checked);
+    describe_checkpoint(data, out);
+    nn::ModelParallel mp;
+    mp.tp = tp;
+    auto model = std::make_unique<nn::GPT>(out.config, DType::f32, mp, nn::ParamInit::zeros);
+    parallel::tp::read_full_safetensors(
+        *model,
+        std::make_shared<const nn::SafetensorsReader>(
+            (fs::path(out.path) / nn::kCheckpointModelFile).string()),
+        tp->rank(), tp->size());
+    out.model = std::move(model);
+    return out;
+  }
   // One process and an unsharded checkpoint: the weights are read straight into the model's
   // tensors, so the load holds one copy of them, not two.
   std::unique_ptr<nn::GPT> direct;
@@ -146,13 +184,7 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
     }
   nn::CheckpointData data =
       nn::load_checkpoint(out.path, nn::CheckpointParts::model, direct ? &targets : nullptr);
-  TESSERA_CHECK(data.state.contains("model_config"), "model: ", out.path,
-                " has no model_config in its state (not written by tessera train?)");
-  out.config = nn::GPTConfig::from_json(data.state["model_config"]);
-  out.step = data.step;
-  if (data.state.contains("options") && data.state["options"].contains("tokenizer"))
-    out.tokenizer = data.state["options"]["tokenizer"].get<std::string>();
-  out.state = data.state;
+  describe_checkpoint(data, out);
   if (direct) {
     TESSERA_CHECK(direct->config().to_json() == out.config.to_json(), "model: ", out.path,
                   "/state.json changed while it was read (its model config differs between two "

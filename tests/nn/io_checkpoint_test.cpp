@@ -104,6 +104,29 @@ TEST(Checkpoint, TheModelPartSkipsTheOptimizerFile) {
                        {"model.safetensors"}));
 }
 
+// model_checked checks the model file as a read does (size, checksum, the tensor list against
+// state.json) and reads none of its tensors: a tensor-parallel rank reads its slices after.
+TEST(Checkpoint, ModelCheckedChecksTheModelFileAndReadsNoTensor) {
+  TempDir run;
+  const CheckpointData d = sample(9);
+  const std::string dir = save_checkpoint(run.path(), d);
+  const CheckpointData checked = load_checkpoint(dir, CheckpointParts::model_checked);
+  EXPECT_TRUE(checked.model.empty());
+  EXPECT_TRUE(checked.optimizer.empty());
+  EXPECT_EQ(checked.state, d.state);
+  const std::string model = dir + "/model.safetensors";
+  const std::string good = read_bytes(model);
+  std::string flipped = good;
+  flipped[flipped.size() - 3] ^= 0x10;
+  write_bytes(model, flipped);
+  EXPECT_TRUE(mentions(error_of([&] { load_checkpoint(dir, CheckpointParts::model_checked); }),
+                       {model, "checksum", "corrupt"}));
+  write_bytes(model, good);
+  edit_state(dir, [](auto& j) { j["files"]["model.safetensors"]["tensors"].erase(1); });
+  EXPECT_TRUE(mentions(error_of([&] { load_checkpoint(dir, CheckpointParts::model_checked); }),
+                       {model, "unexpected tensor 'h.0.ln_1.weight'"}));
+}
+
 TEST(Checkpoint, LatestFollowsTheNewestAndRetentionKeepsK) {
   TempDir run;
   EXPECT_EQ(find_latest_checkpoint(run.path()), std::nullopt) << "a new run has none";

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "tessera/nn/io/safetensors.h"
+#include "tessera/nn/io/safetensors_reader.h"
 #include "tessera/tessera.h"
 #include "tests/nn/io_test_util.h"
 
@@ -163,6 +164,55 @@ TEST(Safetensors, WriterRejectsBadInputAndLeavesTheOldFile) {
   // No temporary files are left beside it.
   auto entries = std::filesystem::directory_iterator(dir.path());
   EXPECT_EQ(std::distance(begin(entries), end(entries)), 1);
+}
+
+// The range reader: any range of a tensor, in the file's dtype or cast; and a shard fill, which
+// reads rank r's slice of a full tensor (shard_of's), zero past the rows the file holds when
+// the model pads them. What does not fit is an error naming the file and the tensor.
+TEST(SafetensorsReader, ReadsAnyRangeAndAShardOfTheFullTensor) {
+  TempDir dir;
+  const std::string path = dir.path() + "/m.safetensors";
+  const Tensor w = sample(DType::f32, {6, 4}, 3), b = sample(DType::bf16, {5, 4}, 4);
+  write_safetensors(path, {{"w", w}, {"b", b}});
+  auto file = std::make_shared<const SafetensorsReader>(path);
+  const SafetensorsEntry* e = file->find("w");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(file->find("nope"), nullptr);
+  Tensor got = empty({7});
+  file->read_elements(*e, 9, got);
+  EXPECT_EQ(to_vector<float>(got), to_vector<float>(ops::narrow(ops::reshape(w, {24}), 0, 9, 7)));
+  file->read_elements(*file->find("b"), 0, got);  // bf16 in the file, cast to f32
+  EXPECT_EQ(to_vector<float>(got),
+            to_vector<float>(ops::narrow(ops::reshape(ops::cast(b, DType::f32), {20}), 0, 0, 7)));
+  EXPECT_TRUE(mentions(error_of([&] { file->read_elements(*e, 20, got); }),
+                       {path, "elements [20, 27) of tensor 'w' [6, 4] are outside it"}));
+
+  ParamMeta cols;
+  cols.shard = ShardKind::cols;
+  for (int r = 0; r < 2; ++r) {
+    const Tensor slice =
+        materialize({6, 2}, DType::f32, safetensors_fill(file, "w", {6, 4}, cols, r, 2));
+    EXPECT_TRUE(same_tensor(slice, shard_of(w, cols, r, 2, "w"))) << r;
+  }
+  // The file holds 5 of the model's 6 rows (unpadded_size): rank 1's last row is zero.
+  ParamMeta rows;
+  rows.shard = ShardKind::rows;
+  rows.segments = {6};
+  rows.unpadded_size = 5;
+  const Tensor padded =
+      materialize({3, 4}, DType::bf16, safetensors_fill(file, "b", {6, 4}, rows, 1, 2));
+  EXPECT_TRUE(same_tensor(padded, shard_of(b, rows, 1, 2, "b")));
+  EXPECT_EQ(to_vector<float>(ops::cast(ops::select(padded, 0, 2), DType::f32)),
+            std::vector<float>(4, 0.0f));
+
+  EXPECT_TRUE(mentions(error_of([&] {
+                         safetensors_fill(file, "nope", {6, 4}, rows, 0, 2);
+                       }),
+                       {path, "no tensor 'nope'"}));
+  EXPECT_TRUE(mentions(error_of([&] {
+                         safetensors_fill(file, "w", {8, 4}, cols, 0, 2);
+                       }),
+                       {path, "tensor 'w' is [6, 4]; the model's full tensor is [8, 4]"}));
 }
 
 }  // namespace

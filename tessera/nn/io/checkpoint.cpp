@@ -144,9 +144,11 @@ std::string describe_entry(const nlohmann::json& e) {
   return (dtype.is_string() ? dtype.get<std::string>() : dtype.dump()) + field("shape").dump();
 }
 
-// Checks a tensor file against its record in state.json and reads it.
+// Checks a tensor file against its record in state.json and reads it; with `read` false,
+// checks the header's tensor list instead and reads no tensor.
 StateDict read_recorded(const fs::path& dir, const char* file, const nlohmann::json& files,
-                        const std::string& state_path, const StateDict* into = nullptr) {
+                        const std::string& state_path, const StateDict* into = nullptr,
+                        bool read = true) {
   const fs::path path = dir / file;
   const std::string where = path.string();
   TESSERA_CHECK(files.contains(file) && files[file].is_object(), state_path,
@@ -166,8 +168,19 @@ StateDict read_recorded(const fs::path& dir, const char* file, const nlohmann::j
                 " does not match ", rec["checksum"].get<std::string>(), " recorded in ", state_path,
                 " (the file is corrupt or from another checkpoint)");
 
-  StateDict tensors = read_safetensors(where, into).tensors;
-  const nlohmann::json actual = tensor_manifest(tensors);
+  StateDict tensors;
+  nlohmann::json actual;
+  if (read) {
+    tensors = read_safetensors(where, into).tensors;
+    actual = tensor_manifest(tensors);
+  } else {
+    actual = nlohmann::json::array();
+    for (const SafetensorsEntry& e : read_safetensors_header(where).entries) {
+      nlohmann::json shape = nlohmann::json::array();
+      for (int64_t d : e.shape) shape.push_back(d);
+      actual.push_back({{"name", e.name}, {"dtype", dtype_name(e.dtype)}, {"shape", shape}});
+    }
+  }
   const nlohmann::json& expected = rec["tensors"];
   if (actual == expected) return tensors;
   std::map<std::string, nlohmann::json> want, have;
@@ -327,8 +340,12 @@ CheckpointData load_checkpoint(const std::string& dir_string, CheckpointParts pa
                                const StateDict* into) {
   const fs::path dir(dir_string);
   TESSERA_CHECK(fs::is_directory(dir), "checkpoint ", dir_string, ": not a directory");
-  if (is_sharded_checkpoint(dir_string))
+  if (is_sharded_checkpoint(dir_string)) {
+    TESSERA_CHECK(parts != CheckpointParts::model_checked, "checkpoint ", dir_string,
+                  " is a sharded set: its model is read by read_sharded_checkpoint, not checked ",
+                  "alone (CheckpointParts::model_checked is for an unsharded checkpoint)");
     return read_sharded_checkpoint(open_sharded_checkpoint(dir_string), parts);
+  }
   const fs::path state_path = dir / kStateFile;
   const std::string sp = state_path.string();
   TESSERA_CHECK(fs::is_regular_file(state_path), "checkpoint ", dir_string, ": missing ",
@@ -353,7 +370,8 @@ CheckpointData load_checkpoint(const std::string& dir_string, CheckpointParts pa
   if (auto named = parse_checkpoint_name(dir.filename().string()))
     TESSERA_CHECK(*named == data.step, sp, ": 'step' is ", data.step, " but the directory is ",
                   dir.filename().string());
-  data.model = read_recorded(dir, kCheckpointModelFile, s["files"], sp, into);
+  data.model = read_recorded(dir, kCheckpointModelFile, s["files"], sp, into,
+                             parts != CheckpointParts::model_checked);
   if (parts == CheckpointParts::all)
     data.optimizer = read_recorded(dir, kCheckpointOptimizerFile, s["files"], sp);
   data.state = std::move(s["state"]);

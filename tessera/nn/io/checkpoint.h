@@ -56,11 +56,15 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointData& da
                             int64_t keep = 0);
 
 // What to read of a checkpoint: everything, or the model's weights alone (inference and
-// export, which would otherwise read, checksum and hold the AdamW moments: twice the model).
-enum class CheckpointParts { all, model };
+// export, which would otherwise read, checksum and hold the AdamW moments: twice the model),
+// or, of an unsharded checkpoint, the model file checked (size, checksum, the tensor list
+// against state.json) but not read: a tensor-parallel rank then reads only its slices of it
+// (safetensors_reader.h, parallel/tp/full_state.h).
+enum class CheckpointParts { all, model, model_checked };
 
 // Reads and validates one checkpoint directory. With CheckpointParts::model, `optimizer` is
-// left empty and its file is neither read nor checked. Given `into` (a model's state dict),
+// left empty and its file is neither read nor checked; with model_checked, `model` is left
+// empty too (a sharded set is refused). Given `into` (a model's state dict),
 // the model tensors that match one of it by name, shape and dtype are read straight into it
 // (read_safetensors), and `model` holds those very tensors; a sharded set reads into fresh
 // tensors.

@@ -4,6 +4,8 @@
 
 #include "tessera/parallel/tp/detail/full_state.h"
 
+#include <map>
+#include <set>
 #include <vector>
 
 #include "tessera/core/error.h"
@@ -78,6 +80,34 @@ void load_full_state_dict(nn::Module& model, const nn::StateDict& full, int rank
     local.emplace_back(name, nn::shard_of(t, meta, rank, size, name));
   }
   model.load_state_dict(local, strict);
+}
+
+void read_full_safetensors(nn::Module& model,
+                           const std::shared_ptr<const nn::SafetensorsReader>& file, int rank,
+                           int size) {
+  std::map<std::string, nn::ParamMeta> metas;
+  for (const auto& [name, meta] : model.named_parameter_meta()) metas.emplace(name, meta);
+  std::set<std::string> names;
+  for (const auto& [name, t] : model.state_dict()) {
+    names.insert(name);
+    const auto it = metas.find(name);
+    const nn::ParamMeta meta = it == metas.end() ? nn::ParamMeta{} : it->second;
+    TESSERA_CHECK(t.device().is_cpu() && t.is_contiguous(), "read_full_safetensors: '", name, "' ",
+                  t.describe(), " is not a contiguous CPU tensor");
+    // The full (tensor-parallel) shape: the split dim is its segments' sum.
+    Shape full = t.shape();
+    if (meta.shard != nn::ShardKind::replicated) {
+      const int dim = meta.shard == nn::ShardKind::rows ? 0 : 1;
+      int64_t length = 0;
+      for (int64_t s : meta.segments) length += s;
+      full[dim] = meta.segments.empty() ? t.size(dim) * size : length;
+    }
+    nn::safetensors_fill(file, name, full, meta, rank, size)(
+        0, Tensor(t.storage(), Shape{t.numel()}, Strides{1}, t.offset(), t.dtype()));
+  }
+  for (const nn::SafetensorsEntry& e : file->header().entries)
+    TESSERA_CHECK(names.count(e.name) != 0, "safetensors ", file->path(), ": unexpected tensor '",
+                  e.name, "' (the model has no parameter or buffer of that name)");
 }
 
 }  // namespace tessera::parallel::tp

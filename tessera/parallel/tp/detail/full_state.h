@@ -4,7 +4,10 @@
 // The split of each parameter comes from its ParamMeta (nn/model_parallel.h); the full tensor
 // has the single-process shape, so a checkpoint gathered under one layout loads into any other.
 
+#include <memory>
+
 #include "tessera/core/tensor.h"
+#include "tessera/nn/io/safetensors_reader.h"
 #include "tessera/nn/model_parallel.h"
 #include "tessera/nn/module.h"
 #include "tessera/parallel/comm/communicator.h"
@@ -27,5 +30,15 @@ nn::StateDict gather_full_grads(const nn::Module& model, Communicator& group);
 // communication.
 void load_full_state_dict(nn::Module& model, const nn::StateDict& full, int rank, int size,
                           bool strict = true);
+
+// Reads every parameter and buffer of a tensor-parallel model from a file of the full
+// (single-process) tensors, each rank only its slices, straight into its own tensors
+// (nn::safetensors_fill): no rank holds a full tensor, and the load's memory is the rank's
+// model. Strict: every tensor of the model must be in the file and every tensor of the file in
+// the model, shaped as shard_of would take it. The model's tensors must be contiguous on the
+// CPU. Local: no communication.
+void read_full_safetensors(nn::Module& model,
+                           const std::shared_ptr<const nn::SafetensorsReader>& file, int rank,
+                           int size);
 
 }  // namespace tessera::parallel::tp
