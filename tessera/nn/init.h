@@ -77,13 +77,11 @@ struct WeightInit {
 WeightInit init_weight(const Shape& full_shape, const InitSpec& spec, const ParamMeta& meta,
                        int rank, int size, const std::string& what);
 
-// shard_of (shard_map.h) takes a rank's part of a full tensor. Tensor-parallel layers take
-// their slice of the full tensor init_normal would draw (init_normal_shard), so every layout
-// starts from the single-process weights.
-// shard_of(init_normal(full_shape, spec), meta, rank, size, what), bit for bit, drawing only
-// the elements this rank keeps (the stream position of full element (r, c) is r * cols + c):
-// a rank of a tp-way split draws 1/tp of the tensor and never holds the whole. A matrix whose
-// split dim has no padding (the layers' weights); zeros under ParamInit::zeros.
+// shard_of(init_normal(full_shape, spec), meta, rank, size, what) (shard_map.h), bit for bit,
+// drawing only the elements this rank keeps (the stream position of full element (r, c) is
+// r * cols + c): a rank of a tp-way split draws 1/tp of the tensor and never holds the whole,
+// and every layout starts from the single-process weights. A split dim without padding (the
+// layers' weights); zeros under ParamInit::zeros.
 Tensor init_normal_shard(const Shape& full_shape, const InitSpec& spec, const ParamMeta& meta,
                          int rank, int size, const std::string& what);
 

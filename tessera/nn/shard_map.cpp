@@ -38,27 +38,52 @@ void check_split(int rank, int size, const ParamMeta& meta, int64_t dims, const 
 
 }  // namespace
 
-ShardMap::ShardMap(const Shape& full_shape, const ParamMeta& meta, int rank, int size,
-                   const std::string& what)
-    : what_(what), full_(full_shape), local_(full_shape) {
+ShardMap::ShardMap(const Shape& full_shape, int dim, std::vector<int64_t> segments, int rank,
+                   int size, const std::string& what)
+    : what_(what), full_(full_shape), local_(full_shape), dim_(dim) {
   const std::string shape = str_cat(full_shape);
-  check_split(rank, size, meta, int64_t(full_shape.size()), what, shape);
-  if (meta.shard == ShardKind::replicated) return;
-  dim_ = meta.shard == ShardKind::rows ? 0 : 1;
-  TESSERA_CHECK(dim_ == 0 || full_shape.size() == 2, "shard map: '", what, "' ", shape,
-                " is split by columns but is not a matrix");
-  const std::vector<int64_t> segments =
-      split_segments(meta, full_shape[int(dim_)], size, dim_, what, shape);
+  TESSERA_CHECK(size >= 1 && rank >= 0 && rank < size, "shard_of: rank ", rank,
+                " is outside a tensor-parallel group of ", size);
+  if (dim_ < 0) return;
+  TESSERA_CHECK(dim_ < full_shape.size(), "shard map: '", what, "' ", shape, " has no dim ", dim_,
+                " to split");
+  if (segments.empty()) {
+    TESSERA_CHECK(full_shape[dim_] % size == 0, "shard_of: '", what, "' ", shape, " dim ", dim_,
+                  " (", full_shape[dim_], ") does not split evenly over ", size, " ranks");
+    segments = {full_shape[dim_]};
+  }
   int64_t start = 0, at = 0;  // the segment's start in the full dim, its part's in the local
   for (int64_t s : segments) {
-    const int64_t part = s / size;
-    parts_.push_back({at, start + rank * part, part});
+    TESSERA_CHECK(s > 0 && s % size == 0, "shard_of: '", what, "' has a segment of ", s,
+                  " along dim ", dim_, ", which does not split evenly over ", size, " ranks");
+    const int64_t part = s / size, first = start + rank * part;
+    parts_.push_back({at, first, part, std::clamp<int64_t>(full_shape[dim_] - first, 0, part)});
     start += s;
     at += part;
   }
-  TESSERA_CHECK(full_shape[int(dim_)] == start, "init_normal_shard: '", what, "' ", shape, " has ",
-                full_shape[int(dim_)], " along dim ", dim_, "; its segments sum to ", start);
-  local_[int(dim_)] = at;
+  TESSERA_CHECK(start >= full_shape[dim_], "shard map: '", what, "' ", shape, " has ",
+                full_shape[dim_], " along dim ", dim_, "; its segments sum to only ", start);
+  local_[dim_] = at;
+  for (int i = dim_ + 1; i < full_shape.size(); ++i) inner_ *= full_shape[i];
+  for (int i = 0; i < dim_; ++i) outer_ *= full_shape[i];
+}
+
+namespace {
+
+int split_dim(const ParamMeta& meta) {
+  return meta.shard == ShardKind::replicated ? -1 : meta.shard == ShardKind::rows ? 0 : 1;
+}
+
+}  // namespace
+
+ShardMap::ShardMap(const Shape& full_shape, const ParamMeta& meta, int rank, int size,
+                   const std::string& what)
+    : ShardMap(full_shape, split_dim(meta), meta.segments, rank, size, what) {
+  TESSERA_CHECK(meta.shard != ShardKind::cols || full_shape.size() == 2, "shard map: '", what, "' ",
+                full_shape, " is split by columns but is not a matrix");
+  TESSERA_CHECK(dim_ < 0 || local_[dim_] * size == full_shape[dim_], "init_normal_shard: '", what,
+                "' ", full_shape, " has ", full_shape[dim_], " along dim ", dim_,
+                "; its segments sum to ", local_[dim_] * size);
 }
 
 void ShardMap::for_each_run(
@@ -68,23 +93,16 @@ void ShardMap::for_each_run(
                 begin, ", ", end, ") are outside its ", local_.numel(), " (local shape ", local_,
                 ")");
   if (begin == end) return;
-  auto part = [&](int64_t first, int64_t length, int64_t full) {
-    const int64_t lo = std::max(begin, first), hi = std::min(end, first + length);
-    if (lo < hi) run(lo, full + lo - first, hi - lo);
-  };
-  if (dim_ == -1) return run(begin, begin, end - begin);
-  if (dim_ == 0) {
-    // Rows (of any rank: a row is all the elements of one index of dim 0): a part is whole
-    // rows, consecutive in the full tensor.
-    const int64_t row = full_[0] == 0 ? 0 : full_.numel() / full_[0];
-    for (const Part& p : parts_) part(p.local * row, p.length * row, p.full * row);
-    return;
-  }
-  const int64_t cols = full_.back();
-  // Columns: each (row, part) is consecutive.
-  const int64_t local_cols = local_.back();
-  for (int64_t r = begin / local_cols; r <= (end - 1) / local_cols; ++r)
-    for (const Part& p : parts_) part(r * local_cols + p.local, p.length, r * cols + p.full);
+  if (dim_ < 0) return run(begin, begin, end - begin);
+  // Per index o of the dims before the split one, part k is `valid * inner` consecutive full
+  // elements: rows of a row split, a run within each row of a column split.
+  const int64_t block = local_[dim_] * inner_;  // local elements per outer index
+  for (int64_t o = begin / block; o < outer_ && o * block < end; ++o)
+    for (const Part& p : parts_) {
+      const int64_t first = (o * local_[dim_] + p.local) * inner_;
+      const int64_t lo = std::max(begin, first), hi = std::min(end, first + p.valid * inner_);
+      if (lo < hi) run(lo, (o * full_[dim_] + p.full) * inner_ + lo - first, hi - lo);
+    }
 }
 
 Tensor shard_of(const Tensor& full, const ParamMeta& meta, int rank, int size,

@@ -55,26 +55,28 @@ ParamFill safetensors_fill(std::shared_ptr<const SafetensorsReader> file, const 
   TESSERA_CHECK(file != nullptr, "safetensors_fill: '", name, "' has no file");
   const SafetensorsEntry* entry = file->find(name);
   TESSERA_CHECK(entry != nullptr, "safetensors ", file->path(), ": no tensor '", name, "'");
-  const ShardMap map(full_shape, meta, rank, size, name);
-  // The file holds the full tensor, or its first meta.unpadded_size rows of a padded split.
+  // The file holds the full tensor, or, of a split dim padded for tensor parallelism, its
+  // first meta.unpadded_size indices: the map over the file's shape puts the padding in no run.
+  const ShardMap model(full_shape, meta, rank, size, name);  // checks the model's own split
+  const int dim = meta.shard == ShardKind::replicated ? -1 : meta.shard == ShardKind::rows ? 0 : 1;
   Shape padded = entry->shape;
-  const bool short_rows = meta.shard == ShardKind::rows && meta.unpadded_size > 0 &&
-                          !padded.empty() && padded[0] == meta.unpadded_size;
-  if (short_rows) padded[0] = full_shape[0];
-  TESSERA_CHECK(
-      padded == full_shape, "safetensors ", file->path(), ": tensor '", name, "' is ", entry->shape,
-      "; the model's full tensor is ", full_shape,
-      meta.unpadded_size > 0 ? str_cat(" (or ", meta.unpadded_size, " rows unpadded)") : "");
-  const int64_t stored = entry->shape.numel();  // full positions past it are padding: zero
-  return [file, entry, map, stored](int64_t begin, const Tensor& out) {
+  const bool short_dim = dim >= 0 && meta.unpadded_size > 0 && dim < padded.size() &&
+                         padded[dim] == meta.unpadded_size;
+  if (short_dim) padded[dim] = full_shape[dim];
+  TESSERA_CHECK(padded == full_shape, "safetensors ", file->path(), ": tensor '", name, "' is ",
+                entry->shape, "; the model's full tensor is ", full_shape,
+                meta.unpadded_size > 0 ? str_cat(" (or ", meta.unpadded_size, " unpadded)") : "");
+  const ShardMap map(
+      entry->shape, dim,
+      meta.segments.empty() && dim >= 0 ? std::vector<int64_t>{full_shape[dim]} : meta.segments,
+      rank, size, name);
+  return [file, entry, map, short_dim](int64_t begin, const Tensor& out) {
     TESSERA_CHECK(out.defined() && out.dim() == 1 && out.is_contiguous() && out.device().is_cpu(),
                   "safetensors_fill: '", entry->name, "' fills a contiguous 1-D CPU tensor, got ",
                   out.defined() ? out.describe() : std::string("undefined"));
+    if (short_dim) ops::zero_(out);  // the padding, which no run reaches
     map.for_each_run(begin, begin + out.numel(), [&](int64_t local, int64_t full, int64_t n) {
-      const Tensor dst = ops::narrow(out, 0, local - begin, n);
-      const int64_t read = std::clamp<int64_t>(stored - full, 0, n);
-      if (read > 0) file->read_elements(*entry, full, ops::narrow(dst, 0, 0, read));
-      if (read < n) ops::zero_(ops::narrow(dst, 0, read, n - read));
+      file->read_elements(*entry, full, ops::narrow(out, 0, local - begin, n));
     });
   };
 }

@@ -21,6 +21,7 @@
 #include "tessera/nn/io/detail/checksum.h"
 #include "tessera/nn/io/detail/sharded_format.h"
 #include "tessera/nn/io/safetensors.h"
+#include "tessera/nn/shard_map.h"
 
 namespace tessera::nn {
 
@@ -221,32 +222,15 @@ std::vector<PieceRun> piece_runs(const ShardGeometry& g, const Shape& full, int6
   TESSERA_CHECK(local_length == local[d] && padded >= full[d], what, ": segments ",
                 dims_json(segments).dump(), " over ", t, " ranks give ", local_length,
                 " of local dim ", local[d], " and ", padded, " >= full ", full[d]);
-  int64_t inner = 1, outer_count = 1;
-  for (int i = d + 1; i < local.size(); ++i) inner *= local[i];
-  for (int i = 0; i < d; ++i) outer_count *= local[i];
-  const int64_t block = local[d] * inner;  // local elements per outer index
-  const int64_t end = begin + length;
-  for (int64_t o = begin / block; o < outer_count && o * block < end; ++o) {
-    int64_t local_row = 0, full_row = 0;
-    for (int64_t s : segments) {
-      const int64_t part = s / t;
-      const int64_t first = full_row + g.tp_rank * part;  // this rank's first row in the full dim
-      const int64_t valid = std::clamp<int64_t>(full[d] - first, 0, part);  // minus padding
-      const int64_t lo = std::max(begin, (o * local[d] + local_row) * inner);
-      const int64_t hi = std::min(end, (o * local[d] + local_row + valid) * inner);
-      if (lo < hi) {
-        const int64_t full_at = (o * full[d] + first) * inner + (lo - (o * local[d] + local_row) * inner);
-        PieceRun run{full_at, lo - begin, hi - lo};
+  ShardMap(full, d, segments, g.tp_rank, t, what)
+      .for_each_run(begin, begin + length, [&](int64_t at, int64_t full_at, int64_t n) {
+        const PieceRun run{full_at, at - begin, n};
         if (!runs.empty() && runs.back().full_offset + runs.back().length == run.full_offset &&
             runs.back().piece_offset + runs.back().length == run.piece_offset)
           runs.back().length += run.length;
         else
           runs.push_back(run);
-      }
-      local_row += part;
-      full_row += s;
-    }
-  }
+      });
   return runs;
 }
 
