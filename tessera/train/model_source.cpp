@@ -154,21 +154,33 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
     TESSERA_CHECK(latest.has_value(), "model: run directory ", spec, " has no checkpoint yet");
     out.path = *latest;
   }
-  // Tensor parallelism and an unsharded checkpoint: the file is checked whole (its checksum),
-  // then each rank reads only its slices of it into its own tensors, so no rank holds the full
-  // model (at tp8 a rank's load holds 1/8 of it, not all of it beside its slice).
-  if (tp && !is_sharded_dir(out.path)) {
-    const nn::CheckpointData data =
-        nn::load_checkpoint(out.path, nn::CheckpointParts::model_checked);
+  // Tensor parallelism: each rank reads only its slices into its own tensors, so no rank
+  // holds the full model (at tp8 a rank's load holds 1/8 of it, not all of it beside its
+  // slice). An unsharded checkpoint's file is checked whole first (its checksum); a sharded
+  // set's shards are checked as it opens.
+  if (tp) {
+    const bool sharded = is_sharded_dir(out.path);
+    std::optional<nn::ShardedSet> set;
+    nn::CheckpointData data;
+    if (sharded) {
+      set = nn::open_sharded_checkpoint(out.path);
+      data.step = set->step;
+      data.state = set->state;
+    } else {
+      data = nn::load_checkpoint(out.path, nn::CheckpointParts::model_checked);
+    }
     describe_checkpoint(data, out);
     nn::ModelParallel mp;
     mp.tp = tp;
     auto model = std::make_unique<nn::GPT>(out.config, DType::f32, mp, nn::ParamInit::zeros);
-    parallel::tp::read_full_safetensors(
-        *model,
-        std::make_shared<const nn::SafetensorsReader>(
-            (fs::path(out.path) / nn::kCheckpointModelFile).string()),
-        tp->rank(), tp->size());
+    if (set)
+      parallel::tp::read_full_sharded_set(*model, *set, tp->rank(), tp->size());
+    else
+      parallel::tp::read_full_safetensors(
+          *model,
+          std::make_shared<const nn::SafetensorsReader>(
+              (fs::path(out.path) / nn::kCheckpointModelFile).string()),
+          tp->rank(), tp->size());
     out.model = std::move(model);
     return out;
   }

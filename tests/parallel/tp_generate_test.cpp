@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "tessera/nn/io/checkpoint.h"
+#include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/parallel/comm/mpi_communicator.h"
 #include "tessera/train/detail/model_source.h"
 #include "tests/parallel/tp_test_util.h"
@@ -140,11 +141,12 @@ TEST(TensorParallelGenerateN2, GreedyAndSampledTextMatchOneProcess) {
   if (rank == 0) fs::remove_all(dir);
 }
 
-// A tensor-parallel rank reads only its slices of an unsharded checkpoint
-// (tp::read_full_safetensors): the load holds no more than the rank's model, and the model's
-// tensors are exactly shard_of of the checkpoint's. Before, every rank read the whole model
-// into a state dict and then copied its slices: at tp2 this model's load peaked at 3,326,976
-// bytes against the bound's 849,920 (its model: 845,824 of the whole 1,635,328).
+// A tensor-parallel rank reads only its slices of a checkpoint, unsharded
+// (tp::read_full_safetensors) or a sharded set of 3 ranks (tp::read_full_sharded_set): the
+// load holds no more than the rank's model, and the model's tensors are exactly shard_of of
+// the checkpoint's. Before, every rank read the whole model into a state dict and then copied
+// its slices: at tp2 this model's loads peaked at 3,326,976 (unsharded) and 4,172,800 bytes
+// (the set) against the bound's 849,920 (its model: 845,824 of the whole 1,635,328).
 TEST(TensorParallelGenerateN2, EachRankReadsOnlyItsSlicesOfTheCheckpoint) {
   const int rank = MpiCommunicator::world()->rank();
   nn::GPTConfig cfg = tiny_config();
@@ -154,31 +156,44 @@ TEST(TensorParallelGenerateN2, EachRankReadsOnlyItsSlicesOfTheCheckpoint) {
   nn::GPT single(cfg);
   testing::randomize(single, 5);
   const std::string dir = write_checkpoint(single, "slices");
-  const auto tp = testing::make_tp(2, false);
-
-  Allocator& host = allocator_for(Device::cpu());
-  const int64_t before = host.stats().live_bytes;
-  host.reset_peak();
-  const train::LoadedModel m = train::load_model(dir, 0, tp);
-  const int64_t peak = host.stats().peak_bytes - before;
-  int64_t local = 0, whole = 0;
-  for (const auto& [name, t] : m.model->state_dict()) local += int64_t(t.nbytes());
-  for (const auto& [name, t] : single.state_dict()) whole += int64_t(t.nbytes());
-  if (rank == 0)
-    std::printf("  tp2 load, rank 0: peak %lld bytes, its model %lld, the whole model %lld\n",
-                (long long)peak, (long long)local, (long long)whole);
-  EXPECT_LE(peak, local + 4096);  // the model's tensors, and a few bytes of bookkeeping
-  const auto metas = m.model->named_parameter_meta();
-  for (const auto& [name, t] : m.model->state_dict()) {
-    nn::ParamMeta meta;
-    for (const auto& [n, mt] : metas)
-      if (n == name) meta = mt;
-    const Tensor want =
-        nn::shard_of(nn::find_tensor(single.state_dict(), name), meta, rank, 2, name);
-    EXPECT_EQ(to_vector<float>(t), to_vector<float>(want)) << name;
+  const fs::path sharded_run = fs::temp_directory_path() / "tessera_tp_generate_slices_sharded";
+  if (rank == 0) {
+    fs::remove_all(sharded_run);
+    nn::save_sharded_checkpoint(sharded_run.string(),
+                                nn::load_checkpoint(*nn::find_latest_checkpoint(dir)), 3);
   }
   MpiCommunicator::world()->barrier();
-  if (rank == 0) fs::remove_all(dir);
+  const auto tp = testing::make_tp(2, false);
+
+  for (const std::string& spec : {dir, sharded_run.string()}) {
+    Allocator& host = allocator_for(Device::cpu());
+    const int64_t before = host.stats().live_bytes;
+    host.reset_peak();
+    const train::LoadedModel m = train::load_model(spec, 0, tp);
+    const int64_t peak = host.stats().peak_bytes - before;
+    int64_t local = 0, whole = 0;
+    for (const auto& [name, t] : m.model->state_dict()) local += int64_t(t.nbytes());
+    for (const auto& [name, t] : single.state_dict()) whole += int64_t(t.nbytes());
+    if (rank == 0)
+      std::printf("  tp2 load of %s, rank 0: peak %lld bytes, its model %lld, the whole %lld\n",
+                  spec == dir ? "a checkpoint" : "a sharded set", (long long)peak, (long long)local,
+                  (long long)whole);
+    EXPECT_LE(peak, local + 4096) << spec;  // the model's tensors and a little bookkeeping
+    const auto metas = m.model->named_parameter_meta();
+    for (const auto& [name, t] : m.model->state_dict()) {
+      nn::ParamMeta meta;
+      for (const auto& [n, mt] : metas)
+        if (n == name) meta = mt;
+      const Tensor want =
+          nn::shard_of(nn::find_tensor(single.state_dict(), name), meta, rank, 2, name);
+      EXPECT_EQ(to_vector<float>(t), to_vector<float>(want)) << spec << " " << name;
+    }
+  }
+  MpiCommunicator::world()->barrier();
+  if (rank == 0) {
+    fs::remove_all(dir);
+    fs::remove_all(sharded_run);
+  }
 }
 
 TEST(TensorParallelGenerateN2, LayoutErrorsAreOneLineFromRankZero) {

@@ -110,4 +110,38 @@ void read_full_safetensors(nn::Module& model,
                   e.name, "' (the model has no parameter or buffer of that name)");
 }
 
+void read_full_sharded_set(nn::Module& model, const nn::ShardedSet& set, int rank, int size) {
+  std::map<std::string, nn::ParamMeta> metas;
+  for (const auto& [name, meta] : model.named_parameter_meta()) metas.emplace(name, meta);
+  std::map<std::string, Shape> stored;
+  for (const nn::ShardedSet::StoredTensor& t : set.tensors)
+    if (!t.optimizer) stored.emplace(t.name, t.full_shape);
+  std::vector<nn::ShardPiece> pieces;
+  for (const auto& [name, t] : model.state_dict()) {
+    TESSERA_CHECK(t.device().is_cpu() && t.is_contiguous(), "read_full_sharded_set: '", name, "' ",
+                  t.describe(), " is not a contiguous CPU tensor");
+    const auto s = stored.find(name);
+    TESSERA_CHECK(s != stored.end(), "checkpoint ", set.dir, ": no tensor '", name, "'");
+    const auto it = metas.find(name);
+    const nn::ParamMeta meta = it == metas.end() ? nn::ParamMeta{} : it->second;
+    nn::ShardPiece p;
+    p.name = name;
+    p.full_shape = s->second;
+    p.geometry.local_shape = t.shape();
+    if (meta.shard != nn::ShardKind::replicated) {
+      p.geometry.split_dim = meta.shard == nn::ShardKind::rows ? 0 : 1;
+      p.geometry.segments = meta.segments;
+      p.geometry.tp_rank = rank;
+      p.geometry.tp_size = size;
+    }
+    p.data = Tensor(t.storage(), Shape{t.numel()}, Strides{1}, t.offset(), t.dtype());
+    pieces.push_back(std::move(p));
+    stored.erase(s);
+  }
+  TESSERA_CHECK(stored.empty(), "checkpoint ", set.dir, ": unexpected tensor '",
+                stored.empty() ? std::string() : stored.begin()->first,
+                "' (the model has no parameter or buffer of that name)");
+  nn::read_pieces(set, pieces);
+}
+
 }  // namespace tessera::parallel::tp

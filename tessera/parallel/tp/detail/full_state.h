@@ -8,6 +8,7 @@
 
 #include "tessera/core/tensor.h"
 #include "tessera/nn/io/safetensors_reader.h"
+#include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/nn/model_parallel.h"
 #include "tessera/nn/module.h"
 #include "tessera/parallel/comm/communicator.h"
@@ -40,5 +41,9 @@ void load_full_state_dict(nn::Module& model, const nn::StateDict& full, int rank
 void read_full_safetensors(nn::Module& model,
                            const std::shared_ptr<const nn::SafetensorsReader>& file, int rank,
                            int size);
+// The same from a sharded set (written under any layout): each rank reads its slices of the
+// model's tensors from whichever shards hold them (nn::read_pieces). Strict as above; the
+// set's optimizer tensors are not read.
+void read_full_sharded_set(nn::Module& model, const nn::ShardedSet& set, int rank, int size);
 
 }  // namespace tessera::parallel::tp
