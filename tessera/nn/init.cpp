@@ -34,15 +34,6 @@ uint64_t param_key(uint64_t init_seed, std::string_view name) {
   return mix_key({init_seed, h});
 }
 
-namespace {
-
-// A contiguous 1-D view of all of the contiguous tensor t.
-Tensor flat(const Tensor& t) {
-  return Tensor(t.storage(), Shape{t.numel()}, Strides{1}, t.offset(), t.dtype());
-}
-
-}  // namespace
-
 ParamFill normal_fill(const Shape& full_shape, const InitSpec& spec, const ParamMeta& meta,
                       int rank, int size, const std::string& what) {
   const ShardMap map(full_shape, meta, rank, size, what);
@@ -75,7 +66,7 @@ ParamFill constant_fill(double value) {
 
 Tensor materialize(const Shape& shape, DType dtype, const ParamFill& fill) {
   Tensor t = empty(shape, dtype, Device::cpu());
-  fill(0, flat(t));
+  fill(0, ops::view(t, Shape{t.numel()}));
   return t;
 }
 

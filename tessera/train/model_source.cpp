@@ -159,10 +159,9 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
   // slice). An unsharded checkpoint's file is checked whole first (its checksum); a sharded
   // set's shards are checked as it opens.
   if (tp) {
-    const bool sharded = is_sharded_dir(out.path);
     std::optional<nn::ShardedSet> set;
     nn::CheckpointData data;
-    if (sharded) {
+    if (is_sharded_dir(out.path)) {
       set = nn::open_sharded_checkpoint(out.path);
       data.step = set->step;
       data.state = set->state;
@@ -188,12 +187,11 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
   // tensors, so the load holds one copy of them, not two.
   std::unique_ptr<nn::GPT> direct;
   nn::StateDict targets;
-  if (!tp)
-    if (const std::optional<nn::GPTConfig> config = peek_model_config(out.path)) {
-      direct =
-          std::make_unique<nn::GPT>(*config, DType::f32, nn::ModelParallel{}, nn::ParamInit::zeros);
-      targets = direct->state_dict();
-    }
+  if (const std::optional<nn::GPTConfig> config = peek_model_config(out.path)) {
+    direct =
+        std::make_unique<nn::GPT>(*config, DType::f32, nn::ModelParallel{}, nn::ParamInit::zeros);
+    targets = direct->state_dict();
+  }
   nn::CheckpointData data =
       nn::load_checkpoint(out.path, nn::CheckpointParts::model, direct ? &targets : nullptr);
   describe_checkpoint(data, out);
@@ -204,7 +202,7 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
     direct->load_state_dict(data.model, /*strict=*/true);  // every tensor read in place
     out.model = std::move(direct);
   } else {
-    out.model = build_model(out.config, data.model, tp);
+    out.model = build_model(out.config, data.model, nullptr);
   }
   return out;
 }

@@ -82,28 +82,52 @@ void load_full_state_dict(nn::Module& model, const nn::StateDict& full, int rank
   model.load_state_dict(local, strict);
 }
 
+namespace {
+
+// A model's tensor as the readers below fill it: its split and a flat view of it.
+struct LocalTensor {
+  std::string name;
+  nn::ParamMeta meta;  // replicated for a buffer
+  Shape shape;         // the local shape
+  Tensor flat;         // [numel], the model's own memory
+};
+
+// Every parameter and buffer of `model`, in state_dict() order; each must be a contiguous CPU
+// tensor (`op` names the reader in the error).
+std::vector<LocalTensor> local_tensors(const nn::Module& model, const char* op) {
+  std::map<std::string, nn::ParamMeta> metas;
+  for (const auto& [name, meta] : model.named_parameter_meta()) metas.emplace(name, meta);
+  std::vector<LocalTensor> out;
+  for (const auto& [name, t] : model.state_dict()) {
+    TESSERA_CHECK(t.device().is_cpu() && t.is_contiguous(), op, ": '", name, "' ", t.describe(),
+                  " is not a contiguous CPU tensor");
+    const auto it = metas.find(name);
+    out.push_back({name, it == metas.end() ? nn::ParamMeta{} : it->second, t.shape(),
+                   ops::view(t, Shape{t.numel()})});
+  }
+  return out;
+}
+
+int split_dim(const nn::ParamMeta& meta) {
+  return meta.shard == nn::ShardKind::replicated ? -1 : meta.shard == nn::ShardKind::rows ? 0 : 1;
+}
+
+}  // namespace
+
 void read_full_safetensors(nn::Module& model,
                            const std::shared_ptr<const nn::SafetensorsReader>& file, int rank,
                            int size) {
-  std::map<std::string, nn::ParamMeta> metas;
-  for (const auto& [name, meta] : model.named_parameter_meta()) metas.emplace(name, meta);
   std::set<std::string> names;
-  for (const auto& [name, t] : model.state_dict()) {
-    names.insert(name);
-    const auto it = metas.find(name);
-    const nn::ParamMeta meta = it == metas.end() ? nn::ParamMeta{} : it->second;
-    TESSERA_CHECK(t.device().is_cpu() && t.is_contiguous(), "read_full_safetensors: '", name, "' ",
-                  t.describe(), " is not a contiguous CPU tensor");
+  for (const LocalTensor& t : local_tensors(model, "read_full_safetensors")) {
+    names.insert(t.name);
     // The full (tensor-parallel) shape: the split dim is its segments' sum.
-    Shape full = t.shape();
-    if (meta.shard != nn::ShardKind::replicated) {
-      const int dim = meta.shard == nn::ShardKind::rows ? 0 : 1;
+    Shape full = t.shape;
+    if (const int dim = split_dim(t.meta); dim >= 0) {
       int64_t length = 0;
-      for (int64_t s : meta.segments) length += s;
-      full[dim] = meta.segments.empty() ? t.size(dim) * size : length;
+      for (int64_t s : t.meta.segments) length += s;
+      full[dim] = t.meta.segments.empty() ? full[dim] * size : length;
     }
-    nn::safetensors_fill(file, name, full, meta, rank, size)(
-        0, Tensor(t.storage(), Shape{t.numel()}, Strides{1}, t.offset(), t.dtype()));
+    nn::safetensors_fill(file, t.name, full, t.meta, rank, size)(0, t.flat);
   }
   for (const nn::SafetensorsEntry& e : file->header().entries)
     TESSERA_CHECK(names.count(e.name) != 0, "safetensors ", file->path(), ": unexpected tensor '",
@@ -111,30 +135,24 @@ void read_full_safetensors(nn::Module& model,
 }
 
 void read_full_sharded_set(nn::Module& model, const nn::ShardedSet& set, int rank, int size) {
-  std::map<std::string, nn::ParamMeta> metas;
-  for (const auto& [name, meta] : model.named_parameter_meta()) metas.emplace(name, meta);
   std::map<std::string, Shape> stored;
   for (const nn::ShardedSet::StoredTensor& t : set.tensors)
     if (!t.optimizer) stored.emplace(t.name, t.full_shape);
   std::vector<nn::ShardPiece> pieces;
-  for (const auto& [name, t] : model.state_dict()) {
-    TESSERA_CHECK(t.device().is_cpu() && t.is_contiguous(), "read_full_sharded_set: '", name, "' ",
-                  t.describe(), " is not a contiguous CPU tensor");
-    const auto s = stored.find(name);
-    TESSERA_CHECK(s != stored.end(), "checkpoint ", set.dir, ": no tensor '", name, "'");
-    const auto it = metas.find(name);
-    const nn::ParamMeta meta = it == metas.end() ? nn::ParamMeta{} : it->second;
+  for (const LocalTensor& t : local_tensors(model, "read_full_sharded_set")) {
+    const auto s = stored.find(t.name);
+    TESSERA_CHECK(s != stored.end(), "checkpoint ", set.dir, ": no tensor '", t.name, "'");
     nn::ShardPiece p;
-    p.name = name;
+    p.name = t.name;
     p.full_shape = s->second;
-    p.geometry.local_shape = t.shape();
-    if (meta.shard != nn::ShardKind::replicated) {
-      p.geometry.split_dim = meta.shard == nn::ShardKind::rows ? 0 : 1;
-      p.geometry.segments = meta.segments;
+    p.geometry.local_shape = t.shape;
+    p.geometry.split_dim = split_dim(t.meta);
+    if (p.geometry.split_dim >= 0) {
+      p.geometry.segments = t.meta.segments;
       p.geometry.tp_rank = rank;
       p.geometry.tp_size = size;
     }
-    p.data = Tensor(t.storage(), Shape{t.numel()}, Strides{1}, t.offset(), t.dtype());
+    p.data = t.flat;
     pieces.push_back(std::move(p));
     stored.erase(s);
   }
