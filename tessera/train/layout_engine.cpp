@@ -53,6 +53,10 @@ void LayoutEngine::load_model(const nn::StateDict& full) {
   trainer_.load_full_state(full);
 }
 
+void LayoutEngine::load_model_source(const std::shared_ptr<const nn::TensorSource>& source) {
+  trainer_.load_model_source(*source);
+}
+
 nn::OptimizerState LayoutEngine::gather_optimizer() {
   nn::OptimizerState state = trainer_.gather_full_optimizer_state();
   state.tensors = on_cpu(std::move(state.tensors));

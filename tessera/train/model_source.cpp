@@ -70,16 +70,22 @@ ModelSourceKind detect_model_source(const std::string& spec) {
       "weights (model.safetensors or its folder) nor an llm.c model .bin");
 }
 
-nn::StateDict import_weights(const std::string& spec, nn::GPTConfig* config, int64_t n_head) {
+ImportedWeights import_weights(const std::string& spec, nn::GPTConfig* config, int64_t n_head) {
   ModelSourceKind kind = detect_model_source(spec);
   check_n_head_applies(kind, spec, n_head);
-  if (kind == ModelSourceKind::llmc) return nn::import_llmc_gpt2(spec, config);
-  if (kind == ModelSourceKind::hf_llama) return nn::import_hf_llama(spec, config);
-  TESSERA_CHECK(kind == ModelSourceKind::hf_gpt2, "model: ", spec,
-                " is a Tessera run or checkpoint, not HF or llm.c weights");
-  nn::HfGpt2Options options;
-  options.n_head = n_head;
-  return nn::import_hf_gpt2(spec, config, options);
+  ImportedWeights out;
+  if (kind == ModelSourceKind::llmc) {
+    out.whole = nn::import_llmc_gpt2(spec, config);
+  } else if (kind == ModelSourceKind::hf_llama) {
+    out.source = nn::hf_llama_source(spec, config);
+  } else {
+    TESSERA_CHECK(kind == ModelSourceKind::hf_gpt2, "model: ", spec,
+                  " is a Tessera run or checkpoint, not HF or llm.c weights");
+    nn::HfGpt2Options options;
+    options.n_head = n_head;
+    out.whole = nn::import_hf_gpt2(spec, config, options);
+  }
+  return out;
 }
 
 namespace {
@@ -144,8 +150,19 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
   out.path = spec;
   if (out.kind == ModelSourceKind::hf_gpt2 || out.kind == ModelSourceKind::hf_llama ||
       out.kind == ModelSourceKind::llmc) {
-    nn::StateDict weights = import_weights(spec, &out.config, n_head);  // checks n_head
-    out.model = build_model(out.config, weights, tp);
+    const ImportedWeights weights = import_weights(spec, &out.config, n_head);  // checks n_head
+    if (weights.source == nullptr) {
+      out.model = build_model(out.config, weights.whole, tp);
+      return out;
+    }
+    // Read from the files by range: a tensor-parallel rank reads only its slices, and one
+    // process reads each tensor straight into the model's, cast from the files' dtype.
+    nn::ModelParallel mp;
+    mp.tp = tp;
+    auto model = std::make_unique<nn::GPT>(out.config, DType::f32, mp, nn::ParamInit::zeros);
+    parallel::tp::read_full_source(*model, weights.source, tp ? tp->rank() : 0,
+                                   tp ? tp->size() : 1);
+    out.model = std::move(model);
     return out;
   }
   check_n_head_applies(out.kind, spec, n_head);  // a run or checkpoint: refused unless 0
@@ -175,10 +192,11 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
     if (set)
       parallel::tp::read_full_sharded_set(*model, *set, tp->rank(), tp->size());
     else
-      parallel::tp::read_full_safetensors(
+      parallel::tp::read_full_source(
           *model,
-          std::make_shared<const nn::SafetensorsReader>(
-              (fs::path(out.path) / nn::kCheckpointModelFile).string()),
+          std::make_shared<const nn::TensorSource>(
+              nn::TensorSource::of_file(std::make_shared<const nn::SafetensorsReader>(
+                  (fs::path(out.path) / nn::kCheckpointModelFile).string()))),
           tp->rank(), tp->size());
     out.model = std::move(model);
     return out;

@@ -10,6 +10,7 @@
 #include "tessera/core/ops/movement.h"
 #include "tessera/nn/optim/adamw.h"
 #include "tessera/parallel/engine/detail/loss_weights.h"
+#include "tessera/parallel/tp/detail/full_state.h"
 
 namespace tessera::train {
 
@@ -146,6 +147,13 @@ nn::StateDict ModuleEngine::gather_model() {
 
 void ModuleEngine::load_model(const nn::StateDict& full) {
   parts_.master->load_state_dict(full);
+  precision_->sync_compute();
+}
+
+void ModuleEngine::load_model_source(const std::shared_ptr<const nn::TensorSource>& source) {
+  for (const auto& [name, t] : parts_.master->state_dict())
+    if (!t.device().is_cpu() || !t.is_contiguous()) return StepEngine::load_model_source(source);
+  parallel::tp::read_full_source(*parts_.master, source, 0, 1);
   precision_->sync_compute();
 }
 

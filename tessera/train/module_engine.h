@@ -58,6 +58,9 @@ class ModuleEngine final : public StepEngine {
   double evaluate(const Tensor& inputs, const Tensor& targets) override;
   nn::StateDict gather_model() override;
   void load_model(const nn::StateDict& full) override;
+  // Read straight into the master's tensors when they are on the CPU; through a whole read
+  // (the default) when they are on a device.
+  void load_model_source(const std::shared_ptr<const nn::TensorSource>& source) override;
   nn::OptimizerState gather_optimizer() override;
   // Everything is replicated: each rank writes its flat share of every tensor.
   OwnedState owned_state() override;

@@ -153,7 +153,7 @@ std::string describe_skipped(const ResumePoint& resume) {
 }
 
 nn::GPTConfig resolve_config(const TrainOptions& o, const data::Tokenizer& tokenizer,
-                             const ResumePoint* resume, nn::StateDict* imported) {
+                             const ResumePoint* resume, ImportedWeights* imported) {
   nn::GPTConfig c;
   if (resume != nullptr) {
     TESSERA_CHECK(resume->data.state.contains("model_config"), "train: checkpoint of step ",

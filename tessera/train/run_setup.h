@@ -26,6 +26,7 @@
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/nn/optim/optimizer.h"
+#include "tessera/train/detail/model_source.h"
 #include "tessera/train/options.h"
 
 namespace tessera::train {
@@ -69,7 +70,7 @@ std::string describe_skipped(const ResumePoint& resume);
 // tokenizer's.
 // Checks the tokenizer and --seq-len against it.
 nn::GPTConfig resolve_config(const TrainOptions& o, const data::Tokenizer& tokenizer,
-                             const ResumePoint* resume, nn::StateDict* imported);
+                             const ResumePoint* resume, ImportedWeights* imported);
 
 // The training loader (shuffled) or the validation one.
 std::unique_ptr<data::DataLoader> make_loader(const TrainOptions& o, const std::string& pattern,

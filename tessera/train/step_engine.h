@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 
 #include "tessera/core/tensor.h"
 #include "tessera/nn/io/sharded_checkpoint.h"
+#include "tessera/nn/io/tensor_source.h"
 #include "tessera/nn/module.h"
 #include "tessera/nn/optim/loss_scaler.h"
 #include "tessera/nn/optim/optimizer.h"
@@ -73,6 +75,12 @@ class StepEngine {
   // rank's part. Collective.
   virtual nn::StateDict gather_model() = 0;
   virtual void load_model(const nn::StateDict& full) = 0;
+  // The same from single-process tensors read by range (an --init-from of Hugging Face Llama
+  // weights). By default read whole and loaded as load_model; an engine whose ranks hold parts
+  // reads only those. Collective.
+  virtual void load_model_source(const std::shared_ptr<const nn::TensorSource>& source) {
+    load_model(source->read_all());
+  }
   // The optimizer state in the single-process format, on the CPU; and its load. Collective.
   virtual nn::OptimizerState gather_optimizer() = 0;
   virtual void load_optimizer(const nn::OptimizerState& full) = 0;

@@ -47,7 +47,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<parallel::Communicator> w
   const TrainOptions& o = options_;
   init_common();
   std::optional<ResumePoint> resume = find_resume(o);
-  nn::StateDict imported;
+  ImportedWeights imported;
   config_ = resolve_config(o, *tokenizer_, resume ? &*resume : nullptr, &imported);
   // Weights that a strict load replaces below are not drawn: a GPT-2 124M bf16 resume built in
   // 9.5 s with the draws and 2.3 s without on a 2-core machine (docs/benchmarks.md), time that
@@ -82,7 +82,10 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<parallel::Communicator> w
     };
     engine_ = std::make_unique<ModuleEngine>(world_, std::move(parts), module_config(o, device_));
   }
-  if (!imported.empty()) engine_->load_model(imported);
+  if (imported.source != nullptr)
+    engine_->load_model_source(imported.source);
+  else if (!imported.whole.empty())
+    engine_->load_model(imported.whole);
   build_loaders();
   if (resume_from_local(resume ? resume->data.step : -1)) {
   } else if (resume) {

@@ -9,6 +9,7 @@
 
 #include "tessera/nn/io/safetensors.h"
 #include "tessera/nn/io/safetensors_reader.h"
+#include "tessera/nn/io/tensor_source.h"
 #include "tessera/tessera.h"
 #include "tests/nn/io_test_util.h"
 
@@ -187,11 +188,12 @@ TEST(SafetensorsReader, ReadsAnyRangeAndAShardOfTheFullTensor) {
   EXPECT_TRUE(mentions(error_of([&] { file->read_elements(*e, 20, got); }),
                        {path, "elements [20, 27) of tensor 'w' [6, 4] are outside it"}));
 
+  const auto source = std::make_shared<const TensorSource>(TensorSource::of_file(file));
   ParamMeta cols;
   cols.shard = ShardKind::cols;
   for (int r = 0; r < 2; ++r) {
     const Tensor slice =
-        materialize({6, 2}, DType::f32, safetensors_fill(file, "w", {6, 4}, cols, r, 2));
+        materialize({6, 2}, DType::f32, source_fill(source, "w", {6, 4}, cols, r, 2));
     EXPECT_TRUE(same_tensor(slice, shard_of(w, cols, r, 2, "w"))) << r;
   }
   // The file holds 5 of the model's 6 rows (unpadded_size): rank 1's last row is zero.
@@ -200,19 +202,78 @@ TEST(SafetensorsReader, ReadsAnyRangeAndAShardOfTheFullTensor) {
   rows.segments = {6};
   rows.unpadded_size = 5;
   const Tensor padded =
-      materialize({3, 4}, DType::bf16, safetensors_fill(file, "b", {6, 4}, rows, 1, 2));
+      materialize({3, 4}, DType::bf16, source_fill(source, "b", {6, 4}, rows, 1, 2));
   EXPECT_TRUE(same_tensor(padded, shard_of(b, rows, 1, 2, "b")));
   EXPECT_EQ(to_vector<float>(ops::cast(ops::select(padded, 0, 2), DType::f32)),
             std::vector<float>(4, 0.0f));
 
   EXPECT_TRUE(mentions(error_of([&] {
-                         safetensors_fill(file, "nope", {6, 4}, rows, 0, 2);
+                         source_fill(source, "nope", {6, 4}, rows, 0, 2);
                        }),
                        {path, "no tensor 'nope'"}));
   EXPECT_TRUE(mentions(error_of([&] {
-                         safetensors_fill(file, "w", {8, 4}, cols, 0, 2);
+                         source_fill(source, "w", {8, 4}, cols, 0, 2);
                        }),
                        {path, "tensor 'w' is [6, 4]; the model's full tensor is [8, 4]"}));
+}
+
+// A stacked tensor: rows from two files and zero rows, as Hugging Face Llama's q, k and v make
+// c_attn and its vocabulary is padded. Every range reads as the concatenation would hold it,
+// cast to the reader's dtype; a tensor-parallel rank's fill of the stacked rows (three
+// segments) is shard_of's part of the concatenation. What does not stack is refused by name.
+TEST(TensorSource, AStackedTensorReadsAsItsConcatenation) {
+  TempDir dir;
+  const std::string one = dir.path() + "/a.safetensors", two = dir.path() + "/b.safetensors";
+  const Tensor q = sample(DType::bf16, {4, 3}, 5), k = sample(DType::bf16, {2, 3}, 6);
+  const Tensor v = sample(DType::bf16, {2, 3}, 7);
+  write_safetensors(one, {{"q", q}, {"k", k}});
+  write_safetensors(two, {{"v", v}, {"odd", sample(DType::f32, {2, 4}, 8)}});
+  auto a = std::make_shared<const SafetensorsReader>(one);
+  auto b = std::make_shared<const SafetensorsReader>(two);
+  TensorSource source(dir.path());
+  source.add("qkv", {8, 3}, {{a, a->find("q"), 4}, {a, a->find("k"), 2}, {b, b->find("v"), 2}});
+  source.add("padded", {5, 3}, {{b, b->find("v"), 2}, {nullptr, nullptr, 3}});
+  const Tensor qkv = ops::cat({q, k, v}, 0);
+  const Tensor flat = ops::reshape(ops::cast(qkv, DType::f32), {24});
+  for (int64_t first : {0, 5, 11, 12, 17})  // inside a block, across one or two boundaries
+    for (int64_t n : {int64_t(1), int64_t(7), 24 - first}) {
+      if (first + n > 24) continue;
+      Tensor got = empty({n});
+      source.read(*source.find("qkv"), first, got);
+      EXPECT_EQ(to_vector<float>(got), to_vector<float>(ops::narrow(flat, 0, first, n)))
+          << first << " " << n;
+    }
+  const StateDict all = source.read_all();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].second.dtype(), DType::bf16);
+  EXPECT_TRUE(same_tensor(all[0].second, qkv));
+  EXPECT_TRUE(same_tensor(all[1].second, ops::cat({v, zeros({3, 3}, DType::bf16)}, 0)));
+
+  auto shared = std::make_shared<const TensorSource>(source);
+  ParamMeta rows;
+  rows.shard = ShardKind::rows;
+  rows.segments = {4, 2, 2};
+  for (int r = 0; r < 2; ++r) {
+    const Tensor part =
+        materialize({4, 3}, DType::f32, source_fill(shared, "qkv", {8, 3}, rows, r, 2));
+    EXPECT_TRUE(same_tensor(part, shard_of(ops::cast(qkv, DType::f32), rows, r, 2, "qkv"))) << r;
+  }
+
+  EXPECT_TRUE(mentions(error_of([&] {
+                         source.add("bad", {4, 4}, {{a, a->find("q"), 4}});
+                       }),
+                       {one, "tensor 'q' has shape [4, 3], expected [4, 4]"}));
+  EXPECT_TRUE(mentions(error_of([&] {
+                         source.add("short", {6, 3}, {{a, a->find("q"), 4}});
+                       }),
+                       {dir.path(), "the blocks of 'short' hold 4 rows, the tensor 6"}));
+  EXPECT_TRUE(mentions(error_of([&] {
+                         source.add("qkv", {4, 3}, {{a, a->find("q"), 4}});
+                       }),
+                       {"tensor 'qkv' is given twice"}));
+  Tensor past = empty({2});
+  EXPECT_TRUE(mentions(error_of([&] { source.read(*source.find("padded"), 14, past); }),
+                       {"elements [14, 16) of tensor 'padded' [5, 3] are outside it"}));
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/gpt2_parity_fixture.h"
+#include "nn/hf_llama_folder.h"
+#include "nn/io_test_util.h"
 #include "tessera/core/file_io.h"
 #include "tessera/nn/io/hf_llama.h"
 #include "tessera/nn/io/safetensors.h"
@@ -117,6 +119,50 @@ TEST(LlamaParity, ExportRoundTrips) {
     EXPECT_EQ(cfg["eos_token_id"], 2);
     fs::remove_all(dir);
   }
+}
+
+// A folder as transformers shards a large model (bf16, three files and their index) reads by
+// range as the weights it holds: every tensor under Tessera's name, q/k/v stacked and the
+// vocabulary padded, cast to f32 exactly as bf16 widens. A tensor stored in a file the index
+// does not name for it, or a shard that is missing, is refused naming the file.
+TEST(LlamaParity, AShardedBf16FolderReadsByRangeAsItsWeights) {
+  namespace fs = std::filesystem;
+  const Llama l = load("untied");
+  const fs::path dir = fs::temp_directory_path() / "tessera_llama_shards";
+  fs::remove_all(dir);
+  testing::write_hf_llama_shards(dir.string(), l.model->state_dict(), l.config, 3, DType::bf16);
+  GPTConfig config;
+  const std::shared_ptr<const TensorSource> source = hf_llama_source(dir.string(), &config);
+  EXPECT_EQ(config.to_json(), l.config.to_json());
+  ASSERT_EQ(source->tensors().size(), l.model->state_dict().size());
+  for (const auto& [name, t] : l.model->state_dict()) {
+    const TensorSource::Stacked* stored = source->find(name);
+    ASSERT_NE(stored, nullptr) << name;
+    EXPECT_EQ(stored->dtype, DType::bf16) << name;
+    Tensor got = empty(t.shape());
+    source->read(*stored, 0, got);
+    EXPECT_TRUE(testing::same_tensor(got, ops::cast(ops::cast(t, DType::bf16), DType::f32)))
+        << name;
+  }
+
+  auto refused = [&](const std::string& says) {
+    try {
+      hf_llama_source(dir.string(), nullptr);
+      ADD_FAILURE() << "accepted: " << says;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  const fs::path index = dir / "model.safetensors.index.json";
+  const std::string kept = read_text_file(index.string());
+  nlohmann::json moved = nlohmann::json::parse(kept);
+  moved["weight_map"]["model.norm.weight"] = testing::hf_shard_name(0, 3);
+  write_file_atomic(index.string(), moved.dump());
+  refused("tensor 'model.norm.weight' is not where " + index.string() + " says");
+  write_file_atomic(index.string(), kept);
+  fs::remove(dir / testing::hf_shard_name(1, 3));
+  refused((dir / testing::hf_shard_name(1, 3)).string());
+  fs::remove_all(dir);
 }
 
 // What Tessera computes differently is refused by name, never loaded into another model.

@@ -13,12 +13,17 @@
 // the eighth is room for the fp32 layouts' small buffers. The single-process path allocates
 // the whole state at least once (the set read whole), which the same bound refuses: it is
 // checked as the control, so the bound is shown able to fail.
+//
+// The same holds for Hugging Face Llama weights (ParallelTrainer::load_model_source over
+// nn::hf_llama_source, what `tessera train --init-from` runs): bf16 shards load into any layout
+// by range, against the folder read whole, cast and loaded as the control.
 
 #include <unistd.h>
 
 #include <filesystem>
 #include <string>
 
+#include "nn/hf_llama_folder.h"
 #include "nn/tiny_models.h"
 #include "parallel/layout_test_util.h"
 #include "parallel/rank_test.h"
@@ -170,6 +175,61 @@ RANK_TEST(ShardedResumeN2, TiedPipelineToZero0AndBack) {
 
 RANK_TEST(ShardedResumeN4, DataTensorToPipelineZero3) {
   resume_sharded({MeshShape{2, 1, 2}, 2}, {MeshShape{2, 2, 1}, 3, {}, 1, 2}, "dptp_pp");
+}
+
+// A Hugging Face Llama folder (bf16, three shards and an index) into layout c: each rank reads
+// only its ZeRO shard of its tensor-parallel slice of its stage, cast from bf16 through one
+// buffer, so the live bytes rise by that buffer at most. The control reads the folder whole,
+// casts it to f32 and loads the single-process state (the path --init-from took): it holds the
+// folder twice over and fails the bound. Both give the single-process weights rounded to bf16
+// (the padded vocabulary rows zero), bit for bit.
+void load_hf_llama(const LayoutCase& c, const std::string& name,
+                   nn::Precision precision = nn::Precision::fp32) {
+  nn::testing::OneThread one_thread;
+  auto world = testing::test_world();
+  nn::GPTConfig model = case_model(c);
+  model.n_embd = 64;  // the folder, 0.4 MB in bf16, well above the cast buffer
+  ParallelConfig p = case_config(c);
+  p.precision = precision;
+  const std::string what = p.describe();
+  const std::string dir = shared_dir(name) + "/hf";
+  nn::GPT single(model);
+  if (world->rank() == 0)
+    nn::testing::write_hf_llama_shards(dir, single.state_dict(), model, 3, DType::bf16);
+  world->barrier();
+
+  const std::shared_ptr<const nn::TensorSource> source = nn::hf_llama_source(dir, nullptr);
+  ParallelTrainer ranged(world, model, p), whole(world, model, p);
+  const int64_t ranged_rise = load_rise([&] { ranged.load_model_source(*source); });
+  const int64_t whole_rise = load_rise([&] {
+    nn::StateDict full = source->read_all();
+    for (auto& [n, t] : full) t = ops::cast(t, DType::f32);
+    whole.load_full_state(full);
+  });
+  const int64_t bound = nn::SafetensorsReader::kCastChunkElements * 2 + 4096;  // one buffer
+  EXPECT_LE(ranged_rise, bound) << what;
+  EXPECT_GT(whole_rise, bound) << what << ": the control no longer reads the folder whole";
+  if (world->rank() == world->size() - 1)
+    std::printf("  %-60s live rise: by range %lld B, whole %lld B\n", what.c_str(),
+                (long long)ranged_rise, (long long)whole_rise);
+
+  const nn::StateDict got = ranged.gather_full_state(), control = whole.gather_full_state();
+  ASSERT_EQ(got.size(), control.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const Tensor want = ops::cast(
+        ops::cast(nn::find_tensor(single.state_dict(), got[i].first), DType::bf16), DType::f32);
+    EXPECT_TRUE(tessera::equal(got[i].second, want)) << what << " " << got[i].first;
+    EXPECT_TRUE(tessera::equal(got[i].second, control[i].second)) << what << " " << got[i].first;
+  }
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(fs::path(dir).parent_path());
+}
+
+// ZeRO-3's shards of tensor-parallel slices (vocab 61 padded to 64: rank 1's padding rows are
+// zero, in no run); ZeRO-1 over a pipeline's stages; a bf16 compute copy rounded from them.
+RANK_TEST(ShardedResumeN4, HuggingFaceLlamaShardsLoadByRangeIntoEachLayout) {
+  load_hf_llama({MeshShape{2, 1, 2}, 3}, "hf_dptp");
+  load_hf_llama({MeshShape{2, 2, 1}, 1, {}, 1, 2}, "hf_dppp", nn::Precision::bf16);
 }
 
 }  // namespace

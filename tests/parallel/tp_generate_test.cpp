@@ -21,6 +21,7 @@
 #include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/parallel/comm/mpi_communicator.h"
 #include "tessera/train/detail/model_source.h"
+#include "tests/nn/hf_llama_folder.h"
 #include "tests/parallel/tp_test_util.h"
 
 namespace tessera::parallel {
@@ -142,7 +143,7 @@ TEST(TensorParallelGenerateN2, GreedyAndSampledTextMatchOneProcess) {
 }
 
 // A tensor-parallel rank reads only its slices of a checkpoint, unsharded
-// (tp::read_full_safetensors) or a sharded set of 3 ranks (tp::read_full_sharded_set): the
+// (tp::read_full_source) or a sharded set of 3 ranks (tp::read_full_sharded_set): the
 // load holds no more than the rank's model, and the model's tensors are exactly shard_of of
 // the checkpoint's. Before, every rank read the whole model into a state dict and then copied
 // its slices: at tp2 this model's loads peaked at 3,326,976 (unsharded) and 4,172,800 bytes
@@ -194,6 +195,78 @@ TEST(TensorParallelGenerateN2, EachRankReadsOnlyItsSlicesOfTheCheckpoint) {
     fs::remove_all(dir);
     fs::remove_all(sharded_run);
   }
+}
+
+// Hugging Face Llama weights as transformers shards them (bf16, three files and an index) load
+// by range (nn::hf_llama_source): one process reads each tensor straight into its model, cast
+// from bf16 through a buffer of SafetensorsReader::kCastChunkElements, and a tensor-parallel
+// rank reads only its slices. The control reads the folder whole and then loads or slices it,
+// as every load did before (and as GPT-2 and llm.c weights still do): it fails the bound.
+TEST(TensorParallelGenerateN2, HuggingFaceLlamaShardsLoadByRangeIntoEachRank) {
+  const int rank = MpiCommunicator::world()->rank();
+  nn::GPTConfig cfg = tiny_config();
+  cfg.n_embd = 128;
+  cfg.norm = nn::NormKind::rmsnorm;
+  cfg.mlp = nn::MlpKind::swiglu;
+  cfg.position = nn::PositionKind::rope;
+  cfg.bias = false;
+  cfg.tie_embeddings = false;
+  nn::GPT single(cfg);
+  testing::randomize(single, 9);
+  for (const char* padded : {"wte.weight", "lm_head.weight"}) {  // rows HF does not hold
+    NoGradGuard no_grad;
+    const Tensor t = nn::find_tensor(single.state_dict(), padded);
+    ops::zero_(ops::narrow(t, 0, cfg.vocab_size, t.size(0) - cfg.vocab_size));
+  }
+  const fs::path dir = fs::temp_directory_path() / "tessera_tp_generate_hf_llama";
+  if (rank == 0) {
+    fs::remove_all(dir);
+    nn::testing::write_hf_llama_shards(dir.string(), single.state_dict(), cfg, 3, DType::bf16);
+  }
+  MpiCommunicator::world()->barrier();
+  const int64_t chunk = nn::SafetensorsReader::kCastChunkElements * 2;  // bf16 elements
+
+  for (const bool split : {false, true}) {
+    const auto tp = split ? testing::make_tp(2, false) : nullptr;
+    Allocator& host = allocator_for(Device::cpu());
+    const int64_t before = host.stats().live_bytes;
+    host.reset_peak();
+    const train::LoadedModel m = train::load_model(dir.string(), 0, tp);
+    const int64_t peak = host.stats().peak_bytes - before;
+    int64_t local = 0;
+    for (const auto& [name, t] : m.model->state_dict()) local += int64_t(t.nbytes());
+    const int64_t bound = local + chunk + 4096;  // the model, one cast buffer, bookkeeping
+    EXPECT_LE(peak, bound) << split;
+    const int64_t live = host.stats().live_bytes;
+    host.reset_peak();
+    {
+      nn::ModelParallel mp;
+      mp.tp = tp;
+      nn::GPT whole(m.config, DType::f32, mp, nn::ParamInit::zeros);
+      const nn::StateDict read = nn::hf_llama_source(dir.string(), nullptr)->read_all();
+      parallel::tp::load_full_state_dict(whole, read, split ? rank : 0, split ? 2 : 1);
+    }
+    const int64_t control = host.stats().peak_bytes - live;
+    EXPECT_GT(control, bound) << split << ": the control no longer reads the folder whole";
+    if (rank == 0)
+      std::printf(
+          "  %s load of HF Llama shards, rank 0: peak %lld bytes (bound %lld), read "
+          "whole %lld\n",
+          split ? "tp2" : "one-process", (long long)peak, (long long)bound, (long long)control);
+    EXPECT_EQ(m.config.ffn_dim(), cfg.ffn_dim());
+    const auto metas = m.model->named_parameter_meta();
+    for (const auto& [name, t] : m.model->state_dict()) {
+      nn::ParamMeta meta;
+      for (const auto& [n, mt] : metas)
+        if (n == name) meta = mt;
+      const Tensor rounded =
+          ops::cast(ops::cast(nn::find_tensor(single.state_dict(), name), DType::bf16), DType::f32);
+      const Tensor want = split ? nn::shard_of(rounded, meta, rank, 2, name) : rounded;
+      EXPECT_EQ(to_vector<float>(t), to_vector<float>(want)) << split << " " << name;
+    }
+  }
+  MpiCommunicator::world()->barrier();
+  if (rank == 0) fs::remove_all(dir);
 }
 
 TEST(TensorParallelGenerateN2, LayoutErrorsAreOneLineFromRankZero) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <sstream>
 
+#include "nn/hf_llama_folder.h"
 #include "support/error_of.h"
 #include "tessera/core/threads.h"
 #include "tessera/cuda/cuda.h"
@@ -316,6 +317,45 @@ TEST(Trainer, InitFromStartsAtTheImportedWeights) {
               Trainer{o};
             }).find("train: --preset gpt2-d12 does not apply with --init-from"),
             std::string::npos);
+}
+
+// --init-from a Hugging Face Llama folder as transformers shards one (bf16, an index over two
+// files): the run starts at those weights, each tensor read by range straight into the master
+// (ModuleEngine::load_model_source) and widened from bf16 exactly; the rows padding the
+// vocabulary are zero.
+TEST(Trainer, InitFromALlamaFolderReadsItsShardsIntoTheMaster) {
+  ScratchDir dir;
+  write_corpus_shards(dir);
+  nn::GPTConfig c;
+  c.vocab_size = 257;  // the byte tokenizer's
+  c.block_size = 32;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = 32;
+  c.norm = nn::NormKind::rmsnorm;
+  c.mlp = nn::MlpKind::swiglu;
+  c.position = nn::PositionKind::rope;
+  c.bias = false;
+  c.tie_embeddings = false;
+  const nn::GPT drawn(c);
+  nn::testing::write_hf_llama_shards(dir / "hf", drawn.state_dict(), c, 2, DType::bf16);
+
+  TrainOptions o = tiny_options(dir, "init");
+  o.init_from = dir / "hf";
+  o.model_overrides = {{"dropout", 0.0}};
+  Trainer imported(o);
+  EXPECT_EQ(imported.model_config().mlp, nn::MlpKind::swiglu);
+  const nn::StateDict state = imported.full_state();
+  ASSERT_EQ(state.size(), drawn.state_dict().size());
+  for (const auto& [name, t] : state) {
+    Tensor want =
+        ops::cast(ops::cast(nn::find_tensor(drawn.state_dict(), name), DType::bf16), DType::f32);
+    if (name == "wte.weight" || name == "lm_head.weight")  // rows the folder does not hold
+      want = ops::cat(
+          {ops::narrow(want, 0, 0, c.vocab_size), zeros({t.size(0) - c.vocab_size, c.n_embd})}, 0);
+    EXPECT_EQ(to_vector<float>(t), to_vector<float>(want)) << name;
+  }
 }
 
 // Resuming: the checkpoint gives the model. A --model key, a --preset or an --init-from it

@@ -1,4 +1,5 @@
-// `tessera generate`: sample text from a run, a checkpoint, HF GPT-2 weights or an llm.c file.
+// `tessera generate`: sample text from a run, a checkpoint, Hugging Face GPT-2 or Llama weights
+// or an llm.c file.
 //
 // Under tensor parallelism (`mpiexec -n T tessera generate --tp T ...`) every rank loads its
 // slices of the same full weights, runs the same decode loop (the logits are gathered, so every
@@ -180,7 +181,8 @@ void add_generate_command(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
   CLI::App* cmd = app.add_subcommand("generate", "Sample text from a trained or imported model");
   cmd->add_option("--model", f->model,
-                  "a run directory, a checkpoint directory, HF GPT-2 weights or an llm.c .bin")
+                  "a run directory, a checkpoint directory, Hugging Face GPT-2 or Llama weights (a "
+                  "folder) or an llm.c .bin")
       ->required();
   cmd->add_option("--tokenizer", f->tokenizer, "tokenizer (default: the one the run trained with)");
   cmd->add_option("--prompt", f->prompt, "text to continue");

@@ -44,7 +44,8 @@ namespace {
 const std::map<std::string, std::string>& flag_help() {
   static const std::map<std::string, std::string> help = {
       {"init_from",
-       "start from these weights: HF GPT-2 safetensors (file or folder) or an llm.c .bin"},
+       "start from these weights: Hugging Face GPT-2 or Llama safetensors (file or folder; "
+       "Llama's are read by range, each rank only what it holds) or an llm.c .bin"},
       {"train_data", "training shards: a .bin file, a folder or a glob (see tessera prepare)"},
       {"val_data", "validation shards (evaluated every --eval-every steps and at the end)"},
       {"tokenizer", "byte, a tokenizer .json from `tessera tokenizer train`, or a GPT-2 folder"},

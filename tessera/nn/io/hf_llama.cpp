@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -11,6 +12,7 @@
 #include "tessera/core/ops/movement.h"
 #include "tessera/nn/io/detail/gpt2_weights.h"
 #include "tessera/nn/io/safetensors.h"
+#include "tessera/nn/io/safetensors_reader.h"
 
 namespace tessera::nn {
 
@@ -159,38 +161,6 @@ nlohmann::json hf_llama_config(const GPTConfig& c, int64_t eot_id) {
   return j;
 }
 
-StateDict hf_llama_to_tessera(const StateDict& hf, const GPTConfig& c, const std::string& where) {
-  check_llama_architecture(c, where);
-  const int64_t h = c.n_embd, d = c.head_dim(), V = c.vocab_size, Vp = c.padded_vocab_size();
-  std::set<std::string> used;
-  auto take = [&](const std::string& name, const Shape& shape) {
-    used.insert(name);
-    return require_tensor(hf, name, shape, where);
-  };
-  StateDict out;
-  out.emplace_back("wte.weight", resize_rows(take("model.embed_tokens.weight", {V, h}), Vp));
-  for (int64_t i = 0; i < c.n_layer; ++i) {
-    const Tensor q = take(layer(i, "self_attn.q_proj.weight"), {c.n_head * d, h});
-    const Tensor k = take(layer(i, "self_attn.k_proj.weight"), {c.n_kv_head * d, h});
-    const Tensor v = take(layer(i, "self_attn.v_proj.weight"), {c.n_kv_head * d, h});
-    out.emplace_back(block(i, "attn.c_attn.weight"), ops::cat({q, k, v}, 0));
-  }
-  for (const auto& [hf_name, name] : direct_names(c))
-    out.emplace_back(name, ops::contiguous(take(hf_name, shape_of_direct(c, name))));
-  bool has_head = false;
-  for (const auto& [name, t] : hf) has_head = has_head || name == "lm_head.weight";
-  if (!c.tie_embeddings) {
-    TESSERA_CHECK(has_head, where, ": tie_word_embeddings is false but there is no lm_head.weight");
-    out.emplace_back("lm_head.weight", resize_rows(take("lm_head.weight", {V, h}), Vp));
-  } else if (has_head) {
-    used.insert("lm_head.weight");  // a tied head saved anyway: the embedding's copy
-  }
-  for (const auto& [name, t] : hf)
-    TESSERA_CHECK(used.count(name) || name.ends_with("rotary_emb.inv_freq"), where, ": tensor '",
-                  name, "' (", t.describe(), ") has no counterpart in a Tessera Llama-style model");
-  return out;
-}
-
 StateDict tessera_to_hf_llama(const StateDict& model, const GPTConfig& c) {
   const std::string where = "export to Hugging Face Llama";
   check_llama_architecture(c, where);
@@ -224,58 +194,114 @@ StateDict tessera_to_hf_llama(const StateDict& model, const GPTConfig& c) {
   return out;
 }
 
-StateDict import_hf_llama(const std::string& path, GPTConfig* config_out) {
+namespace {
+
+nlohmann::json parse_json_file(const std::string& path) {
+  const std::string text = read_text_file(path);
+  check_json_depth(text, path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    detail::throw_error(path, ": not valid JSON: ", e.what());
+  }
+}
+
+// The stored tensors of a Hugging Face folder by name: of model.safetensors (or the file given),
+// or of the shards model.safetensors.index.json names, each tensor in the file it says.
+struct StoredTensor {
+  std::shared_ptr<const SafetensorsReader> file;
+  const SafetensorsEntry* entry = nullptr;
+};
+std::map<std::string, StoredTensor> open_hf_files(const std::string& path,
+                                                  const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  std::map<std::string, StoredTensor> out;
+  auto open = [&](const fs::path& file, const nlohmann::json* weight_map) {
+    auto reader = std::make_shared<const SafetensorsReader>(file.string());
+    for (const SafetensorsEntry& e : reader->header().entries) {
+      TESSERA_CHECK(weight_map == nullptr || (weight_map->contains(e.name) &&
+                                              (*weight_map)[e.name] == file.filename().string()),
+                    file.string(), ": tensor '", e.name, "' is not where ",
+                    (dir / "model.safetensors.index.json").string(), " says");
+      TESSERA_CHECK(out.emplace(e.name, StoredTensor{reader, &e}).second, file.string(),
+                    ": tensor '", e.name, "' is stored twice");
+    }
+  };
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (fs::is_regular_file(path) || !fs::exists(index)) {
+    open(fs::is_directory(path) ? dir / "model.safetensors" : fs::path(path), nullptr);
+    return out;
+  }
+  const nlohmann::json idx = parse_json_file(index.string());
+  TESSERA_CHECK(idx.is_object() && idx.contains("weight_map") && idx["weight_map"].is_object(),
+                index.string(), ": expected an object with a 'weight_map' object");
+  std::set<std::string> files;
+  for (const auto& item : idx["weight_map"].items()) {
+    TESSERA_CHECK(item.value().is_string(), index.string(), ": weight_map['", item.key(),
+                  "'] must be a file name");
+    const std::string f = item.value().get<std::string>();
+    TESSERA_CHECK(f.find('/') == std::string::npos && f.find("..") == std::string::npos,
+                  index.string(), ": shard name '", f, "' must be a file in the folder");
+    files.insert(f);
+  }
+  for (const std::string& f : files) open(dir / f, &idx["weight_map"]);
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<const TensorSource> hf_llama_source(const std::string& path,
+                                                    GPTConfig* config_out) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
   const fs::path cfg_path = dir / "config.json";
   TESSERA_CHECK(fs::exists(cfg_path), path, ": a Llama model needs its config.json beside it");
-  const std::string text = read_text_file(cfg_path.string());
-  check_json_depth(text, cfg_path.string());
-  nlohmann::json cfg;
-  try {
-    cfg = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    detail::throw_error(cfg_path.string(), ": not valid JSON: ", e.what());
+  const GPTConfig c =
+      hf_llama_config_to_tessera(parse_json_file(cfg_path.string()), cfg_path.string());
+  check_llama_architecture(c, dir.string());
+  const std::map<std::string, StoredTensor> stored = open_hf_files(path, dir);
+
+  const int64_t h = c.n_embd, d = c.head_dim(), V = c.vocab_size, Vp = c.padded_vocab_size();
+  std::set<std::string> used;
+  auto take = [&](const std::string& name, const Shape& shape) {
+    const auto it = stored.find(name);
+    TESSERA_CHECK(it != stored.end(), dir.string(), ": missing tensor '", name,
+                  "' (expected shape ", shape, ")");
+    TESSERA_CHECK(it->second.entry->shape == shape, dir.string(), ": tensor '", name,
+                  "' has shape ", it->second.entry->shape, ", expected ", shape);
+    used.insert(name);
+    return TensorSource::Block{it->second.file, it->second.entry, shape.size() ? shape[0] : 1};
+  };
+  const TensorSource::Block padding{nullptr, nullptr, Vp - V};
+  auto source = std::make_shared<TensorSource>(dir.string());
+  source->add("wte.weight", {Vp, h}, {take("model.embed_tokens.weight", {V, h}), padding});
+  for (int64_t i = 0; i < c.n_layer; ++i)
+    source->add(block(i, "attn.c_attn.weight"), {(c.n_head + 2 * c.n_kv_head) * d, h},
+                {take(layer(i, "self_attn.q_proj.weight"), {c.n_head * d, h}),
+                 take(layer(i, "self_attn.k_proj.weight"), {c.n_kv_head * d, h}),
+                 take(layer(i, "self_attn.v_proj.weight"), {c.n_kv_head * d, h})});
+  for (const auto& [hf_name, name] : direct_names(c)) {
+    const Shape shape = shape_of_direct(c, name);
+    source->add(name, shape, {take(hf_name, shape)});
   }
-  const GPTConfig c = hf_llama_config_to_tessera(cfg, cfg_path.string());
-  // One file, or the shards an index names (every tensor from the file it says).
-  StateDict hf;
-  const fs::path index = dir / "model.safetensors.index.json";
-  if (!fs::is_regular_file(path) && fs::exists(index)) {
-    const std::string itext = read_text_file(index.string());
-    check_json_depth(itext, index.string());
-    nlohmann::json idx;
-    try {
-      idx = nlohmann::json::parse(itext);
-    } catch (const nlohmann::json::exception& e) {
-      detail::throw_error(index.string(), ": not valid JSON: ", e.what());
-    }
-    TESSERA_CHECK(idx.is_object() && idx.contains("weight_map") && idx["weight_map"].is_object(),
-                  index.string(), ": expected an object with a 'weight_map' object");
-    std::set<std::string> files;
-    for (const auto& item : idx["weight_map"].items()) {
-      TESSERA_CHECK(item.value().is_string(), index.string(), ": weight_map['", item.key(),
-                    "'] must be a file name");
-      const std::string f = item.value().get<std::string>();
-      TESSERA_CHECK(f.find('/') == std::string::npos && f.find("..") == std::string::npos,
-                    index.string(), ": shard name '", f, "' must be a file in the folder");
-      files.insert(f);
-    }
-    for (const std::string& f : files) {
-      SafetensorsFile st = read_safetensors((dir / f).string());
-      for (auto& [name, t] : st.tensors) {
-        TESSERA_CHECK(idx["weight_map"].contains(name) && idx["weight_map"][name] == f,
-                      (dir / f).string(), ": tensor '", name, "' is not where ", index.string(),
-                      " says");
-        hf.emplace_back(name, t);
-      }
-    }
-  } else {
-    const fs::path file = fs::is_directory(path) ? dir / "model.safetensors" : fs::path(path);
-    hf = read_safetensors(file.string()).tensors;
+  const bool has_head = stored.count("lm_head.weight") != 0;
+  if (!c.tie_embeddings) {
+    TESSERA_CHECK(has_head, dir.string(),
+                  ": tie_word_embeddings is false but there is no lm_head.weight");
+    source->add("lm_head.weight", {Vp, h}, {take("lm_head.weight", {V, h}), padding});
+  } else if (has_head) {
+    used.insert("lm_head.weight");  // a tied head saved anyway: the embedding's copy
   }
+  for (const auto& [name, t] : stored)
+    TESSERA_CHECK(used.count(name) || name.ends_with("rotary_emb.inv_freq"), dir.string(),
+                  ": tensor '", name, "' (", dtype_name(t.entry->dtype), t.entry->shape,
+                  ") has no counterpart in a Tessera Llama-style model");
   if (config_out) *config_out = c;
-  return hf_llama_to_tessera(hf, c, dir.string());
+  return source;
+}
+
+StateDict import_hf_llama(const std::string& path, GPTConfig* config_out) {
+  return hf_llama_source(path, config_out)->read_all();
 }
 
 void export_hf_llama(const std::string& dir, const StateDict& model, const GPTConfig& config,

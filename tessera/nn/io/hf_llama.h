@@ -13,11 +13,13 @@
 // activation other than SiLU, a head_dim other than hidden_size / heads.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "tessera/nn/gpt_config.h"
+#include "tessera/nn/io/tensor_source.h"
 #include "tessera/nn/module.h"
 
 namespace tessera::nn {
@@ -30,12 +32,16 @@ GPTConfig hf_llama_config_to_tessera(const nlohmann::json& config, const std::st
 // config.json for transformers' LlamaForCausalLM; `eot_id` >= 0 becomes bos/eos_token_id.
 nlohmann::json hf_llama_config(const GPTConfig& config, int64_t eot_id = -1);
 
-// The mappings alone; errors name `where`, the tensor and the expected shape.
-StateDict hf_llama_to_tessera(const StateDict& hf, const GPTConfig& config,
-                              const std::string& where);
+// The export mapping alone; errors name the tensor and the expected shape.
 StateDict tessera_to_hf_llama(const StateDict& model, const GPTConfig& config);
 
-// A folder (or its model.safetensors) with config.json; *config_out receives the config.
+// A folder (or its model.safetensors) with config.json, as Tessera's tensors read from the files
+// by range (tensor_source.h): nothing is read but the headers and config.json until a reader
+// asks, so a tensor-parallel rank reads only its slices. Tensors keep the files' dtype. Every
+// stored tensor is checked here (names, shapes, the index's placement), and the errors name
+// the folder or file, the tensor and the expected shape. *config_out receives the config.
+std::shared_ptr<const TensorSource> hf_llama_source(const std::string& path, GPTConfig* config_out);
+// The same read whole: the folder's tensors under Tessera's names.
 StateDict import_hf_llama(const std::string& path, GPTConfig* config_out);
 // Writes <dir>/model.safetensors (format=pt) and <dir>/config.json atomically.
 void export_hf_llama(const std::string& dir, const StateDict& model, const GPTConfig& config,

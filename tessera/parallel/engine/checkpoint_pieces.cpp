@@ -12,11 +12,14 @@
 // allocates nothing the size of the model.
 
 #include <algorithm>
+#include <functional>
 
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/empty.h"
 #include "tessera/core/error.h"
 #include "tessera/core/ops/movement.h"
+#include "tessera/nn/io/tensor_source.h"
+#include "tessera/parallel/engine/detail/full_model_state.h"
 #include "tessera/parallel/engine/detail/full_optimizer_state.h"
 #include "tessera/parallel/engine/parallel_trainer.h"
 
@@ -100,6 +103,30 @@ std::vector<nn::ShardPiece> ParallelTrainer::checkpoint_pieces() const {
   return state_pieces(/*held=*/false);
 }
 
+namespace {
+
+// Runs `read` on the pieces: those in host memory at once, each of the others (device state)
+// through a host copy of one piece at a time.
+void read_into(std::vector<nn::ShardPiece>& pieces,
+               const std::function<void(std::vector<nn::ShardPiece>&)>& read) {
+  NoGradGuard no_grad;
+  std::vector<nn::ShardPiece> on_host;
+  for (nn::ShardPiece& p : pieces) {
+    if (p.data.device().is_cpu()) {
+      on_host.push_back(p);
+      continue;
+    }
+    nn::ShardPiece staged = p;
+    staged.data = empty(p.data.shape(), p.data.dtype());
+    std::vector<nn::ShardPiece> one{staged};
+    read(one);
+    ops::copy_(p.data, one[0].data);
+  }
+  read(on_host);
+}
+
+}  // namespace
+
 void ParallelTrainer::load_checkpoint_set(const nn::ShardedSet& set,
                                           const nlohmann::json* optimizer_scalars) {
   std::vector<nn::ShardPiece> pieces = state_pieces(/*held=*/true);
@@ -108,21 +135,15 @@ void ParallelTrainer::load_checkpoint_set(const nn::ShardedSet& set,
   // The checks first, so that a set of another model changes nothing.
   nn::check_pieces(set, pieces);
   if (optimizer_scalars != nullptr) load_optimizer_scalars(*dp_, *optimizer_scalars);
-  NoGradGuard no_grad;
-  std::vector<nn::ShardPiece> on_host;
-  for (nn::ShardPiece& p : pieces) {
-    if (p.data.device().is_cpu()) {
-      on_host.push_back(p);
-      continue;
-    }
-    // Device state is read through a host copy of one piece at a time.
-    nn::ShardPiece staged = p;
-    staged.data = empty(p.data.shape(), p.data.dtype());
-    std::vector<nn::ShardPiece> one{staged};
-    nn::read_pieces(set, one);
-    ops::copy_(p.data, one[0].data);
-  }
-  nn::read_pieces(set, on_host);
+  read_into(pieces, [&](std::vector<nn::ShardPiece>& p) { nn::read_pieces(set, p); });
+  precision_->sync_compute();
+}
+
+void ParallelTrainer::load_model_source(const nn::TensorSource& source) {
+  check_model_source(masters_, *mesh_, source, "load_model_source");
+  std::vector<nn::ShardPiece> pieces = state_pieces(/*held=*/true);
+  std::erase_if(pieces, [](const nn::ShardPiece& p) { return p.optimizer; });
+  read_into(pieces, [&](std::vector<nn::ShardPiece>& p) { nn::read_pieces(source, p); });
   precision_->sync_compute();
 }
 

@@ -181,6 +181,23 @@ void check_model_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks, cons
     TESSERA_CHECK(known.count(name), what, ": '", name, "' is not a parameter of this model");
 }
 
+void check_model_source(const std::vector<std::shared_ptr<nn::GPT>>& chunks, const DeviceMesh& mesh,
+                        const nn::TensorSource& source, const std::string& what) {
+  const std::vector<Entry> expected = all_entries(chunks, mesh);
+  std::set<std::string> known;
+  for (const Entry& e : expected) {
+    known.insert(e.name);
+    const nn::TensorSource::Stacked* t = source.find(e.name);
+    TESSERA_CHECK(t != nullptr, what, ": ", source.where(), " has no '", e.name, "' (",
+                  source.tensors().size(), " tensors there, the model has ", expected.size(), ")");
+    TESSERA_CHECK(t->shape == e.shape, what, ": ", source.where(), ": '", e.name, "' is ",
+                  dtype_name(t->dtype), t->shape, " but the model needs ", e.shape);
+  }
+  for (const nn::TensorSource::Stacked& t : source.tensors())
+    TESSERA_CHECK(known.count(t.name), what, ": ", source.where(), ": '", t.name,
+                  "' is not a parameter of this model");
+}
+
 void load_model_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks, const DeviceMesh& mesh,
                       const nn::StateDict& full) {
   check_model_state(chunks, mesh, full);

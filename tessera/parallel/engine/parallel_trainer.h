@@ -35,14 +35,15 @@
 
 #include "tessera/nn/gpt.h"
 #include "tessera/nn/io/sharded_checkpoint.h"
+#include "tessera/nn/io/tensor_source.h"
 #include "tessera/parallel/data/data_parallel.h"
 #include "tessera/parallel/engine/gpt_stage.h"
-#include "tessera/parallel/step_trace.h"
 #include "tessera/parallel/engine/parallel_config.h"
 #include "tessera/parallel/engine/parallel_precision.h"
 #include "tessera/parallel/engine/timed_communicator.h"
 #include "tessera/parallel/mesh.h"
 #include "tessera/parallel/pipeline/schedule.h"
+#include "tessera/parallel/step_trace.h"
 #include "tessera/parallel/tp/tensor_parallel.h"
 
 namespace tessera::parallel {
@@ -136,6 +137,12 @@ class ParallelTrainer {
   // weights only. A set of another model is refused before anything changes. Collective only
   // as the compute copy's refresh is.
   void load_checkpoint_set(const nn::ShardedSet& set, const nlohmann::json* optimizer_scalars);
+  // The weights from single-process tensors read by range (nn/io/tensor_source.h: Hugging Face
+  // Llama shards, a checkpoint's file), each rank reading only what it holds, as a sharded set
+  // loads; the optimizer is untouched. Refused on every rank alike, before anything changes,
+  // unless the source holds exactly the model's names and shapes. Collective over pp and as
+  // the compute copy's refresh is.
+  void load_model_source(const nn::TensorSource& source);
   // This rank's own state, enough to restore this rank of the same layout with no other
   // rank's files (a node-local checkpoint): per bucket b, the master weights it holds
   // ("master.<b>": the bucket, or its shard at ZeRO-3 and offloaded) and the AdamW moments it

@@ -114,11 +114,10 @@ int split_dim(const nn::ParamMeta& meta) {
 
 }  // namespace
 
-void read_full_safetensors(nn::Module& model,
-                           const std::shared_ptr<const nn::SafetensorsReader>& file, int rank,
-                           int size) {
+void read_full_source(nn::Module& model, const std::shared_ptr<const nn::TensorSource>& source,
+                      int rank, int size) {
   std::set<std::string> names;
-  for (const LocalTensor& t : local_tensors(model, "read_full_safetensors")) {
+  for (const LocalTensor& t : local_tensors(model, "read_full_source")) {
     names.insert(t.name);
     // The full (tensor-parallel) shape: the split dim is its segments' sum.
     Shape full = t.shape;
@@ -127,11 +126,11 @@ void read_full_safetensors(nn::Module& model,
       for (int64_t s : t.meta.segments) length += s;
       full[dim] = t.meta.segments.empty() ? full[dim] * size : length;
     }
-    nn::safetensors_fill(file, t.name, full, t.meta, rank, size)(0, t.flat);
+    nn::source_fill(source, t.name, full, t.meta, rank, size)(0, t.flat);
   }
-  for (const nn::SafetensorsEntry& e : file->header().entries)
-    TESSERA_CHECK(names.count(e.name) != 0, "safetensors ", file->path(), ": unexpected tensor '",
-                  e.name, "' (the model has no parameter or buffer of that name)");
+  for (const nn::TensorSource::Stacked& t : source->tensors())
+    TESSERA_CHECK(names.count(t.name) != 0, source->where(), ": unexpected tensor '", t.name,
+                  "' (the model has no parameter or buffer of that name)");
 }
 
 void read_full_sharded_set(nn::Module& model, const nn::ShardedSet& set, int rank, int size) {

@@ -22,6 +22,7 @@ class LayoutEngine final : public StepEngine {
   double evaluate(const Tensor& inputs, const Tensor& targets) override;
   nn::StateDict gather_model() override;
   void load_model(const nn::StateDict& full) override;
+  void load_model_source(const std::shared_ptr<const nn::TensorSource>& source) override;
   nn::OptimizerState gather_optimizer() override;
   void load_optimizer(const nn::OptimizerState& full) override;
   bool load_checkpoint_set(const nn::ShardedSet& set,

@@ -13,6 +13,7 @@
 
 #include "tessera/data/tokenizer.h"
 #include "tessera/nn/gpt.h"
+#include "tessera/nn/io/tensor_source.h"
 
 namespace tessera::train {
 
@@ -49,7 +50,14 @@ std::unique_ptr<data::Tokenizer> model_tokenizer(const LoadedModel& model,
                                                  const std::string& override_spec,
                                                  const std::string& command);
 
-// The weights of an HF or llm.c file with the config they imply (no model built).
-nn::StateDict import_weights(const std::string& spec, nn::GPTConfig* config, int64_t n_head = 0);
+// The weights of an HF or llm.c file with the config they imply (no model built): Hugging Face
+// Llama's as a source read by range (nn/io/tensor_source.h; only headers and config.json are
+// read here), so that each rank of a layout reads only what it holds; the others whole.
+struct ImportedWeights {
+  std::shared_ptr<const nn::TensorSource> source;
+  nn::StateDict whole;
+  bool empty() const { return source == nullptr && whole.empty(); }
+};
+ImportedWeights import_weights(const std::string& spec, nn::GPTConfig* config, int64_t n_head = 0);
 
 }  // namespace tessera::train

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tessera/nn/gpt.h"
+#include "tessera/nn/io/tensor_source.h"
 #include "tessera/parallel/mesh.h"
 
 namespace tessera::parallel {
@@ -35,6 +36,11 @@ nn::StateDict gather_parameter_tensors(const std::vector<std::shared_ptr<nn::GPT
 // over the pp group. `what` starts each message.
 void check_model_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks, const DeviceMesh& mesh,
                        const nn::StateDict& full, const std::string& what = "load_full_state");
+
+// The same for a source read by range (nn/io/tensor_source.h): exactly the model's names, with
+// its shapes; the source's dtype may differ (a read casts). Collective over the pp group.
+void check_model_source(const std::vector<std::shared_ptr<nn::GPT>>& chunks, const DeviceMesh& mesh,
+                        const nn::TensorSource& source, const std::string& what);
 
 // check_model_state, then loads every chunk's slices of `full` (a tied copy takes wte.weight
 // as well), so nothing is written unless all of it fits. Collective over the pp group.

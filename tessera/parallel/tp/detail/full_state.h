@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "tessera/core/tensor.h"
-#include "tessera/nn/io/safetensors_reader.h"
 #include "tessera/nn/io/sharded_checkpoint.h"
+#include "tessera/nn/io/tensor_source.h"
 #include "tessera/nn/model_parallel.h"
 #include "tessera/nn/module.h"
 #include "tessera/parallel/comm/communicator.h"
@@ -32,15 +32,15 @@ nn::StateDict gather_full_grads(const nn::Module& model, Communicator& group);
 void load_full_state_dict(nn::Module& model, const nn::StateDict& full, int rank, int size,
                           bool strict = true);
 
-// Reads every parameter and buffer of a tensor-parallel model from a file of the full
-// (single-process) tensors, each rank only its slices, straight into its own tensors
-// (nn::safetensors_fill): no rank holds a full tensor, and the load's memory is the rank's
-// model. Strict: every tensor of the model must be in the file and every tensor of the file in
-// the model, shaped as shard_of would take it. The model's tensors must be contiguous on the
-// CPU. Local: no communication.
-void read_full_safetensors(nn::Module& model,
-                           const std::shared_ptr<const nn::SafetensorsReader>& file, int rank,
-                           int size);
+// Reads every parameter and buffer of a tensor-parallel model from the full (single-process)
+// tensors of `source` (a checkpoint's file, Hugging Face Llama shards), each rank only its
+// slices, straight into its own tensors (nn::source_fill): no rank holds a full tensor, and the
+// load's memory is the rank's model. With size 1 it reads a whole model in place. Strict: every
+// tensor of the model must be in the source and every tensor of the source in the model,
+// shaped as shard_of would take it. The model's tensors must be contiguous on the CPU. Local:
+// no communication.
+void read_full_source(nn::Module& model, const std::shared_ptr<const nn::TensorSource>& source,
+                      int rank, int size);
 // The same from a sharded set (written under any layout): each rank reads its slices of the
 // model's tensors from whichever shards hold them (nn::read_pieces). Strict as above; the
 // set's optimizer tensors are not read.
