@@ -204,20 +204,9 @@ TEST(TensorParallelGenerateN2, EachRankReadsOnlyItsSlicesOfTheCheckpoint) {
 // as every load did before (and as GPT-2 and llm.c weights still do): it fails the bound.
 TEST(TensorParallelGenerateN2, HuggingFaceLlamaShardsLoadByRangeIntoEachRank) {
   const int rank = MpiCommunicator::world()->rank();
-  nn::GPTConfig cfg = tiny_config();
-  cfg.n_embd = 128;
-  cfg.norm = nn::NormKind::rmsnorm;
-  cfg.mlp = nn::MlpKind::swiglu;
-  cfg.position = nn::PositionKind::rope;
-  cfg.bias = false;
-  cfg.tie_embeddings = false;
+  const nn::GPTConfig cfg = nn::testing::byte_llama_config(128);
   nn::GPT single(cfg);
   testing::randomize(single, 9);
-  for (const char* padded : {"wte.weight", "lm_head.weight"}) {  // rows HF does not hold
-    NoGradGuard no_grad;
-    const Tensor t = nn::find_tensor(single.state_dict(), padded);
-    ops::zero_(ops::narrow(t, 0, cfg.vocab_size, t.size(0) - cfg.vocab_size));
-  }
   const fs::path dir = fs::temp_directory_path() / "tessera_tp_generate_hf_llama";
   if (rank == 0) {
     fs::remove_all(dir);
@@ -260,7 +249,7 @@ TEST(TensorParallelGenerateN2, HuggingFaceLlamaShardsLoadByRangeIntoEachRank) {
       for (const auto& [n, mt] : metas)
         if (n == name) meta = mt;
       const Tensor rounded =
-          ops::cast(ops::cast(nn::find_tensor(single.state_dict(), name), DType::bf16), DType::f32);
+          nn::testing::folder_weight(single.state_dict(), name, cfg, DType::bf16);
       const Tensor want = split ? nn::shard_of(rounded, meta, rank, 2, name) : rounded;
       EXPECT_EQ(to_vector<float>(t), to_vector<float>(want)) << split << " " << name;
     }

@@ -8,8 +8,8 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/file_io.h"
-#include "tessera/core/json_depth.h"
 #include "tessera/core/ops/movement.h"
+#include "tessera/nn/io/detail/checkpoint_files.h"
 #include "tessera/nn/io/detail/gpt2_weights.h"
 #include "tessera/nn/io/safetensors.h"
 #include "tessera/nn/io/safetensors_reader.h"
@@ -196,16 +196,6 @@ StateDict tessera_to_hf_llama(const StateDict& model, const GPTConfig& c) {
 
 namespace {
 
-nlohmann::json parse_json_file(const std::string& path) {
-  const std::string text = read_text_file(path);
-  check_json_depth(text, path);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    detail::throw_error(path, ": not valid JSON: ", e.what());
-  }
-}
-
 // The stored tensors of a Hugging Face folder by name: of model.safetensors (or the file given),
 // or of the shards model.safetensors.index.json names, each tensor in the file it says.
 struct StoredTensor {
@@ -232,7 +222,7 @@ std::map<std::string, StoredTensor> open_hf_files(const std::string& path,
     open(fs::is_directory(path) ? dir / "model.safetensors" : fs::path(path), nullptr);
     return out;
   }
-  const nlohmann::json idx = parse_json_file(index.string());
+  const nlohmann::json idx = read_json_file(index.string());
   TESSERA_CHECK(idx.is_object() && idx.contains("weight_map") && idx["weight_map"].is_object(),
                 index.string(), ": expected an object with a 'weight_map' object");
   std::set<std::string> files;
@@ -257,7 +247,7 @@ std::shared_ptr<const TensorSource> hf_llama_source(const std::string& path,
   const fs::path cfg_path = dir / "config.json";
   TESSERA_CHECK(fs::exists(cfg_path), path, ": a Llama model needs its config.json beside it");
   const GPTConfig c =
-      hf_llama_config_to_tessera(parse_json_file(cfg_path.string()), cfg_path.string());
+      hf_llama_config_to_tessera(read_json_file(cfg_path.string()), cfg_path.string());
   check_llama_architecture(c, dir.string());
   const std::map<std::string, StoredTensor> stored = open_hf_files(path, dir);
 

@@ -12,7 +12,8 @@ namespace tessera::nn {
 // The step of a canonical checkpoint directory name ("step_00000042"), or nullopt.
 std::optional<int64_t> parse_checkpoint_name(const std::string& name);
 
-// A checkpoint's JSON file (state.json, manifest.json, a shard's or a local set's index),
+// A checkpoint's JSON file (state.json, manifest.json, a shard's or a local set's index; a
+// Hugging Face folder's config.json and index),
 // depth-checked before it is parsed; throws naming the file on any parse error (a number past
 // a double's range included: nlohmann's out_of_range, found by fuzz/checkpoint_state).
 nlohmann::json read_json_file(const std::string& path);
