@@ -184,11 +184,12 @@ RANK_TEST(ShardedResumeN4, DataTensorToPipelineZero3) {
 // folder twice over and fails the bound. Both give the single-process weights rounded to bf16
 // (the padded vocabulary rows zero), bit for bit.
 void load_hf_llama(const LayoutCase& c, const std::string& name,
-                   nn::Precision precision = nn::Precision::fp32) {
+                   nn::Precision precision = nn::Precision::fp32, bool tied = false) {
   nn::testing::OneThread one_thread;
   auto world = testing::test_world();
   nn::GPTConfig model = case_model(c);
   model.n_embd = 64;  // the folder, 0.4 MB in bf16, well above the cast buffer
+  model.tie_embeddings = tied;
   ParallelConfig p = case_config(c);
   p.precision = precision;
   const std::string what = p.describe();
@@ -221,15 +222,22 @@ void load_hf_llama(const LayoutCase& c, const std::string& name,
     EXPECT_TRUE(tessera::equal(got[i].second, want)) << what << " " << got[i].first;
     EXPECT_TRUE(tessera::equal(got[i].second, control[i].second)) << what << " " << got[i].first;
   }
+  // What the gathered state leaves out (the last stage's tied copy of wte) reads alike too.
+  const Batch batch = global_batch(0, p.batch_size, p.seq_len, model.vocab_size);
+  EXPECT_EQ(ranged.step(batch.inputs, batch.targets).loss,
+            whole.step(batch.inputs, batch.targets).loss)
+      << what;
   world->barrier();
   if (world->rank() == 0) fs::remove_all(fs::path(dir).parent_path());
 }
 
 // ZeRO-3's shards of tensor-parallel slices (vocab 61 padded to 64: rank 1's padding rows are
-// zero, in no run); ZeRO-1 over a pipeline's stages; a bf16 compute copy rounded from them.
+// zero, in no run); ZeRO-1 over a pipeline's stages, with a bf16 compute copy rounded from
+// them; a tied head, whose last-stage copy of wte reads the same rows as the first stage's.
 RANK_TEST(ShardedResumeN4, HuggingFaceLlamaShardsLoadByRangeIntoEachLayout) {
   load_hf_llama({MeshShape{2, 1, 2}, 3}, "hf_dptp");
   load_hf_llama({MeshShape{2, 2, 1}, 1, {}, 1, 2}, "hf_dppp", nn::Precision::bf16);
+  load_hf_llama({MeshShape{1, 2, 2}, 0, {}, 1, 2}, "hf_pptp_tied", nn::Precision::fp32, true);
 }
 
 }  // namespace
