@@ -57,6 +57,13 @@ void LayoutEngine::load_model_source(const std::shared_ptr<const nn::TensorSourc
   trainer_.load_model_source(*source);
 }
 
+bool LayoutEngine::load_checkpoint_files(const nn::TensorSource& model,
+                                         const nn::TensorSource* optimizer,
+                                         const nlohmann::json* optimizer_scalars) {
+  trainer_.load_checkpoint_source(model, optimizer, optimizer_scalars);
+  return true;
+}
+
 nn::OptimizerState LayoutEngine::gather_optimizer() {
   nn::OptimizerState state = trainer_.gather_full_optimizer_state();
   state.tensors = on_cpu(std::move(state.tensors));

@@ -7,6 +7,7 @@
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/nn/generate.h"
+#include "tessera/train/detail/engine_config.h"
 #include "tessera/train/detail/model_source.h"
 
 namespace tessera::train {
@@ -127,19 +128,25 @@ std::string checkpoint_log_path(const TrainOptions& o) {
 
 std::optional<ResumePoint> find_resume(const TrainOptions& o) {
   if (o.resume == "never") return std::nullopt;
+  // Under a layout a single-process checkpoint is opened, not read: each rank reads its part.
+  const bool layout = uses_layout_engine(o);
   ResumePoint r;
   if (o.resume == "auto") {
     std::optional<nn::LoadedCheckpoint> newest =
-        nn::load_newest_good_checkpoint(o.run_dir, &r.skipped, /*open_sharded=*/true);
+        nn::load_newest_good_checkpoint(o.run_dir, &r.skipped, /*open_sharded=*/true, layout);
     if (!newest) return std::nullopt;
     r.dir = std::move(newest->dir);
     r.data = std::move(newest->data);
     r.set = std::move(newest->set);
+    r.model_files = std::move(newest->model_files);
+    r.optimizer_files = std::move(newest->optimizer_files);
   } else {
-    nn::LoadedCheckpoint given = nn::open_checkpoint(o.resume);
+    nn::LoadedCheckpoint given = nn::open_checkpoint(o.resume, layout);
     r.dir = o.resume;
     r.data = std::move(given.data);
     r.set = std::move(given.set);
+    r.model_files = std::move(given.model_files);
+    r.optimizer_files = std::move(given.optimizer_files);
   }
   if (r.data.state.contains("options")) check_resumable(o, r.data.state["options"]);
   return r;

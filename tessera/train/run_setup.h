@@ -52,6 +52,9 @@ struct ResumePoint {
   nn::CheckpointData data;  // of a sharded set: its step and state only (see set)
   // A sharded set, opened and validated but not read: each rank reads its own part.
   std::shared_ptr<const nn::ShardedSet> set;
+  // A single-process checkpoint, checked but not read, under a layout: each rank reads its own
+  // part of these files (nn::open_checkpoint with open_gathered).
+  std::shared_ptr<const nn::TensorSource> model_files, optimizer_files;
   // The newer checkpoints --resume auto passed over because they do not load, and why.
   std::vector<nn::SkippedCheckpoint> skipped;
 };

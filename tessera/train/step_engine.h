@@ -94,6 +94,18 @@ class StepEngine {
     (void)optimizer_scalars;
     return false;
   }
+  // Resumes from a single-process checkpoint opened by range (nn::open_checkpoint with
+  // open_gathered), reading only what this rank holds; with optimizer and optimizer_scalars,
+  // the optimizer state too. False: this engine takes the single-process state instead (the
+  // files read whole), and nothing was read. Collective.
+  virtual bool load_checkpoint_files(const nn::TensorSource& model,
+                                     const nn::TensorSource* optimizer,
+                                     const nlohmann::json* optimizer_scalars) {
+    (void)model;
+    (void)optimizer;
+    (void)optimizer_scalars;
+    return false;
+  }
   // What this rank writes of a sharded checkpoint (nn/io/sharded_checkpoint.h): every element
   // of the single-process model and optimizer state is in exactly one rank's pieces. Local.
   virtual OwnedState owned_state() = 0;

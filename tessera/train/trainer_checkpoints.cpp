@@ -15,6 +15,7 @@
 #include "tessera/core/ops/creation.h"
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/nn/io/local_checkpoint.h"
+#include "tessera/train/detail/engine_config.h"
 #include "tessera/train/detail/layout_engine.h"
 #include "tessera/train/detail/snapshot_staging.h"
 #include "tessera/train/trainer.h"
@@ -45,8 +46,36 @@ void Trainer::resume_from(const ResumePoint& resume) {
       skipped_checkpoints_ = describe_skipped(resume);
       return;
     }
-    ResumePoint whole{resume.dir, nn::read_sharded_checkpoint(*resume.set), nullptr,
-                      resume.skipped};
+    ResumePoint whole{resume.dir, nn::read_sharded_checkpoint(*resume.set),
+                      nullptr,    nullptr,
+                      nullptr,    resume.skipped};
+    resume_from(whole);
+    return;
+  }
+  if (resume.model_files) {
+    // A single-process checkpoint opened by range: each rank of a layout reads its part; an
+    // engine that takes the single-process state gets the files read whole.
+    const nlohmann::json& state = resume.data.state;
+    const bool optimizer =
+        state.contains("optimizer") && !resume.optimizer_files->tensors().empty();
+    bool read = false;
+    try {
+      read = engine_->load_checkpoint_files(*resume.model_files,
+                                            optimizer ? resume.optimizer_files.get() : nullptr,
+                                            optimizer ? &state["optimizer"] : nullptr);
+    } catch (const Error& e) {
+      detail::throw_error("train: resuming from ", resume.dir, ": ", e.what());
+    }
+    if (read) {
+      optimizer_note_ = optimizer ? "" : "the checkpoint holds no optimizer state";
+      restore_progress(state, resume.data.step, resume.dir);
+      skipped_checkpoints_ = describe_skipped(resume);
+      return;
+    }
+    ResumePoint whole = resume;
+    whole.model_files = whole.optimizer_files = nullptr;
+    whole.data.model = resume.model_files->read_all();
+    whole.data.optimizer = resume.optimizer_files->read_all();
     resume_from(whole);
     return;
   }
@@ -160,8 +189,13 @@ std::string Trainer::save_local() {
 }
 
 void Trainer::load(const std::string& checkpoint_dir) {
-  nn::LoadedCheckpoint given = nn::open_checkpoint(checkpoint_dir);
-  resume_from({checkpoint_dir, std::move(given.data), std::move(given.set), {}});
+  nn::LoadedCheckpoint given = nn::open_checkpoint(checkpoint_dir, uses_layout_engine(options_));
+  resume_from({checkpoint_dir,
+               std::move(given.data),
+               std::move(given.set),
+               std::move(given.model_files),
+               std::move(given.optimizer_files),
+               {}});
 }
 
 void Trainer::wait_for_save() {

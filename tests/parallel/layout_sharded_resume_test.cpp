@@ -1,6 +1,7 @@
 // Resuming from a sharded set under another layout, each rank reading only the part it holds
-// (ParallelTrainer::load_checkpoint_set over nn::read_pieces). Layout A trains two steps and
-// writes a set as `tessera train` does (every rank its checkpoint_pieces(), rank 0 the
+// (ParallelTrainer::load_checkpoint_set over nn::read_pieces), and from a single-process
+// checkpoint read by range (load_checkpoint_source over nn::TensorSource). Layout A trains two
+// steps and writes a set as `tessera train` does (every rank its checkpoint_pieces(), rank 0 the
 // manifest); layout B then loads it twice, in two fresh trainers:
 //  - through the pieces, the path under test;
 //  - through the single-process state (the set read whole, load_full_state and
@@ -78,6 +79,27 @@ std::string write_set(const LayoutCase& a, const std::string& run_dir) {
   return dir;
 }
 
+// Layout a's state after two steps, written by rank 0 as a single-process (gathered)
+// checkpoint of step 2 in run_dir, as `tessera train --checkpoint-format gathered` does.
+std::string write_gathered(const LayoutCase& a, const std::string& run_dir) {
+  auto world = testing::test_world();
+  const ParallelConfig p = case_config(a);
+  ParallelTrainer trainer(world, case_model(a), p);
+  for (int64_t step = 0; step < 2; ++step) {
+    const Batch b = global_batch(step, p.batch_size, p.seq_len, case_model(a).vocab_size);
+    trainer.step(b.inputs, b.targets);
+  }
+  nn::CheckpointData data;
+  data.step = 2;
+  data.model = trainer.gather_full_state();
+  nn::OptimizerState optimizer = trainer.gather_full_optimizer_state();
+  data.optimizer = std::move(optimizer.tensors);
+  data.state = {{"optimizer", optimizer.scalars}};
+  if (world->rank() == 0) nn::save_checkpoint(run_dir, data);
+  world->barrier();
+  return (fs::path(nn::checkpoints_dir(run_dir)) / nn::checkpoint_name(2)).string();
+}
+
 int64_t state_bytes(const nn::GPTConfig& model) {
   nn::GPT gpt(model);
   int64_t n = 0;
@@ -112,20 +134,34 @@ void expect_same_state(ParallelTrainer& x, ParallelTrainer& y, const std::string
         << what << " " << ox.tensors[i].first;
 }
 
-void resume_sharded(const LayoutCase& a, const LayoutCase& b, const std::string& name) {
+// Layout a writes two steps' state as a sharded set (or, gathered, as a single-process
+// checkpoint); layout b loads it by part and whole, and the two must agree.
+void resume_sharded(const LayoutCase& a, const LayoutCase& b, const std::string& name,
+                    bool gathered = false) {
   nn::testing::OneThread one_thread;
   auto world = testing::test_world();
   const nn::GPTConfig model = case_model(a);
   const ParallelConfig pb = case_config(b);
-  const std::string what = case_config(a).describe() + " -> " + pb.describe();
-  const std::string set_dir = write_set(a, shared_dir(name));
+  const std::string what =
+      case_config(a).describe() + " -> " + pb.describe() + (gathered ? " (gathered)" : "");
+  const std::string dir =
+      gathered ? write_gathered(a, shared_dir(name)) : write_set(a, shared_dir(name));
 
-  const nn::ShardedSet set = nn::open_sharded_checkpoint(set_dir);
-  const nlohmann::json scalars = set.state["optimizer"];
+  // By part: a set's pieces (ParallelTrainer::load_checkpoint_set), or a single-process
+  // checkpoint's files by range (load_checkpoint_source). Whole: the state read whole and
+  // loaded through the single-process format, the path that was there before.
+  const nn::LoadedCheckpoint opened = nn::open_checkpoint(dir, /*open_gathered=*/true);
+  const nlohmann::json scalars = opened.data.state["optimizer"];
   ParallelTrainer pieces(world, model, pb), whole(world, model, pb);
-  const int64_t pieces_rise = load_rise([&] { pieces.load_checkpoint_set(set, &scalars); });
+  const int64_t pieces_rise = load_rise([&] {
+    if (gathered)
+      pieces.load_checkpoint_source(*opened.model_files, opened.optimizer_files.get(), &scalars);
+    else
+      pieces.load_checkpoint_set(*opened.set, &scalars);
+  });
   const int64_t whole_rise = load_rise([&] {
-    nn::CheckpointData data = nn::read_sharded_checkpoint(set);
+    nn::CheckpointData data =
+        gathered ? nn::load_checkpoint(dir) : nn::read_sharded_checkpoint(*opened.set);
     whole.load_full_state(data.model);
     whole.load_full_optimizer_state({data.optimizer, scalars});
   });
@@ -147,7 +183,7 @@ void resume_sharded(const LayoutCase& a, const LayoutCase& b, const std::string&
   }
   expect_same_state(pieces, whole, what + " after two more steps");
   world->barrier();
-  if (world->rank() == 0) fs::remove_all(fs::path(set_dir).parent_path().parent_path());
+  if (world->rank() == 0) fs::remove_all(fs::path(dir).parent_path().parent_path());
 }
 
 constexpr auto kInterleaved = ScheduleKind::interleaved;
@@ -175,6 +211,14 @@ RANK_TEST(ShardedResumeN2, TiedPipelineToZero0AndBack) {
 
 RANK_TEST(ShardedResumeN4, DataTensorToPipelineZero3) {
   resume_sharded({MeshShape{2, 1, 2}, 2}, {MeshShape{2, 2, 1}, 3, {}, 1, 2}, "dptp_pp");
+}
+
+// A single-process (gathered) checkpoint read by range into layouts, each rank its part: ZeRO-3
+// shards of tensor-parallel slices with their padding, and a tied pipeline's two copies of wte.
+RANK_TEST(ShardedResumeN4, GatheredCheckpointsLoadByRangeIntoEachLayout) {
+  resume_sharded({MeshShape{2, 1, 2}, 2}, {MeshShape{2, 1, 2}, 3}, "gathered_dptp", true);
+  resume_sharded({MeshShape{4, 1, 1}, 1, {}, 1, 1, false, true},
+                 {MeshShape{1, 2, 2}, 0, {}, 1, 2, false, true}, "gathered_pp_tied", true);
 }
 
 // A Hugging Face Llama folder (bf16, three shards and an index) into layout c: each rank reads

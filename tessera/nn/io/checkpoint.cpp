@@ -21,8 +21,10 @@
 #include "tessera/core/version.h"
 #include "tessera/nn/io/detail/checkpoint_files.h"
 #include "tessera/nn/io/detail/checksum.h"
-#include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/nn/io/safetensors.h"
+#include "tessera/nn/io/safetensors_reader.h"
+#include "tessera/nn/io/sharded_checkpoint.h"
+#include "tessera/nn/io/tensor_source.h"
 
 namespace tessera::nn {
 
@@ -341,9 +343,11 @@ CheckpointData load_checkpoint(const std::string& dir_string, CheckpointParts pa
   const fs::path dir(dir_string);
   TESSERA_CHECK(fs::is_directory(dir), "checkpoint ", dir_string, ": not a directory");
   if (is_sharded_checkpoint(dir_string)) {
-    TESSERA_CHECK(parts != CheckpointParts::model_checked, "checkpoint ", dir_string,
-                  " is a sharded set: its model is read by read_sharded_checkpoint, not checked ",
-                  "alone (CheckpointParts::model_checked is for an unsharded checkpoint)");
+    TESSERA_CHECK(parts != CheckpointParts::model_checked && parts != CheckpointParts::all_checked,
+                  "checkpoint ", dir_string,
+                  " is a sharded set: it is read by read_sharded_checkpoint, not checked alone ",
+                  "(CheckpointParts::model_checked and all_checked are for an unsharded "
+                  "checkpoint)");
     return read_sharded_checkpoint(open_sharded_checkpoint(dir_string), parts);
   }
   const fs::path state_path = dir / kStateFile;
@@ -370,10 +374,10 @@ CheckpointData load_checkpoint(const std::string& dir_string, CheckpointParts pa
   if (auto named = parse_checkpoint_name(dir.filename().string()))
     TESSERA_CHECK(*named == data.step, sp, ": 'step' is ", data.step, " but the directory is ",
                   dir.filename().string());
-  data.model = read_recorded(dir, kCheckpointModelFile, s["files"], sp, into,
-                             parts != CheckpointParts::model_checked);
-  if (parts == CheckpointParts::all)
-    data.optimizer = read_recorded(dir, kCheckpointOptimizerFile, s["files"], sp);
+  const bool read = parts == CheckpointParts::all || parts == CheckpointParts::model;
+  data.model = read_recorded(dir, kCheckpointModelFile, s["files"], sp, into, read);
+  if (parts == CheckpointParts::all || parts == CheckpointParts::all_checked)
+    data.optimizer = read_recorded(dir, kCheckpointOptimizerFile, s["files"], sp, nullptr, read);
   data.state = std::move(s["state"]);
   return data;
 }
@@ -402,8 +406,19 @@ std::optional<std::string> find_latest_checkpoint(const std::string& run_dir) {
   return target.string();
 }
 
-LoadedCheckpoint open_checkpoint(const std::string& dir) {
-  if (!is_sharded_checkpoint(dir)) return {dir, load_checkpoint(dir), nullptr};
+LoadedCheckpoint open_checkpoint(const std::string& dir, bool open_gathered) {
+  if (!is_sharded_checkpoint(dir) && !open_gathered) return {dir, load_checkpoint(dir), nullptr};
+  if (!is_sharded_checkpoint(dir)) {
+    // Checked whole (sizes, checksums, tensor lists), then opened: the files stay on disk.
+    LoadedCheckpoint out{dir, load_checkpoint(dir, CheckpointParts::all_checked), nullptr};
+    auto open = [&](const char* file) {
+      return std::make_shared<const TensorSource>(TensorSource::of_file(
+          std::make_shared<const SafetensorsReader>((fs::path(dir) / file).string())));
+    };
+    out.model_files = open(kCheckpointModelFile);
+    out.optimizer_files = open(kCheckpointOptimizerFile);
+    return out;
+  }
   auto set = std::make_shared<ShardedSet>(open_sharded_checkpoint(dir));
   LoadedCheckpoint out{dir, {}, nullptr};
   out.data.step = set->step;
@@ -414,7 +429,7 @@ LoadedCheckpoint open_checkpoint(const std::string& dir) {
 
 std::optional<LoadedCheckpoint> load_newest_good_checkpoint(const std::string& run_dir,
                                                             std::vector<SkippedCheckpoint>* skipped,
-                                                            bool open_sharded) {
+                                                            bool open_sharded, bool open_gathered) {
   std::vector<SkippedCheckpoint> passed;
   std::vector<int64_t> steps = list_checkpoints(run_dir);
   const fs::path dir = checkpoints_dir(run_dir);
@@ -444,7 +459,7 @@ std::optional<LoadedCheckpoint> load_newest_good_checkpoint(const std::string& r
     const std::string candidate = (dir / checkpoint_name(*it)).string();
     try {
       LoadedCheckpoint loaded =
-          open_sharded ? open_checkpoint(candidate)
+          open_sharded ? open_checkpoint(candidate, open_gathered)
                        : LoadedCheckpoint{candidate, load_checkpoint(candidate), nullptr};
       if (skipped) *skipped = passed;
       return loaded;

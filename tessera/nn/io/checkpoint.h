@@ -60,11 +60,12 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointData& da
 // or, of an unsharded checkpoint, the model file checked (size, checksum, the tensor list
 // against state.json) but not read: a tensor-parallel rank then reads only its slices of it
 // (safetensors_reader.h, parallel/tp/full_state.h).
-enum class CheckpointParts { all, model, model_checked };
+enum class CheckpointParts { all, model, model_checked, all_checked };
 
 // Reads and validates one checkpoint directory. With CheckpointParts::model, `optimizer` is
 // left empty and its file is neither read nor checked; with model_checked, `model` is left
-// empty too (a sharded set is refused). Given `into` (a model's state dict),
+// empty too; with all_checked, both files are checked (size, checksum, tensor list) and neither
+// is read (a sharded set is refused by both). Given `into` (a model's state dict),
 // the model tensors that match one of it by name, shape and dtype are read straight into it
 // (read_safetensors), and `model` holds those very tensors; a sharded set reads into fresh
 // tensors.
@@ -87,6 +88,7 @@ struct SkippedCheckpoint {
 };
 
 struct ShardedSet;  // sharded_checkpoint.h
+class TensorSource;  // tensor_source.h
 
 struct LoadedCheckpoint {
   std::string dir;
@@ -94,12 +96,17 @@ struct LoadedCheckpoint {
   // A sharded set opened but not read (open_checkpoint): data holds its step and state only,
   // and the caller reads what it needs (read_pieces, or read_sharded_checkpoint for all).
   std::shared_ptr<const ShardedSet> set;
+  // A single-process checkpoint checked but not read (open_checkpoint with open_gathered): data
+  // holds its step and state only, and these its model's and optimizer's tensors, read by
+  // range (tensor_source.h), so that each rank of a layout reads only its part.
+  std::shared_ptr<const TensorSource> model_files, optimizer_files;
 };
 
-// A checkpoint directory validated for resuming: a single-process one is read (as
-// load_checkpoint), a sharded one only opened (open_sharded_checkpoint: every check, no tensor
-// read), so that each rank then reads its own part.
-LoadedCheckpoint open_checkpoint(const std::string& dir);
+// A checkpoint directory validated for resuming: a sharded one only opened
+// (open_sharded_checkpoint: every check, no tensor read), so that each rank then reads its own
+// part; a single-process one read (as load_checkpoint), or, with open_gathered, checked
+// (CheckpointParts::all_checked) and opened by range.
+LoadedCheckpoint open_checkpoint(const std::string& dir, bool open_gathered = false);
 
 // The newest checkpoint of run_dir that loads and validates: the one `latest` names, then the
 // older published ones, newest first. One that does not load (a missing, truncated or corrupt
@@ -108,9 +115,10 @@ LoadedCheckpoint open_checkpoint(const std::string& dir);
 // `latest` names are never candidates: they belong to a history the run was resumed away from.
 // nullopt when the run has no checkpoint; an error listing every skip when none loads.
 // With open_sharded, candidates are taken with open_checkpoint() (a sharded set is opened, not
-// read).
+// read), and with open_gathered too, open_checkpoint(dir, open_gathered).
 std::optional<LoadedCheckpoint> load_newest_good_checkpoint(const std::string& run_dir,
                                                             std::vector<SkippedCheckpoint>* skipped,
-                                                            bool open_sharded = false);
+                                                            bool open_sharded = false,
+                                                            bool open_gathered = false);
 
 }  // namespace tessera::nn

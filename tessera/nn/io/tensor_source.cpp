@@ -23,11 +23,18 @@ int64_t row_elements(const Shape& shape) {
 TensorSource TensorSource::of_file(std::shared_ptr<const SafetensorsReader> file) {
   TESSERA_CHECK(file != nullptr, "TensorSource::of_file: no file");
   TensorSource out(file->path());
-  for (const SafetensorsEntry& e : file->header().entries) {
-    const int64_t rows = e.shape.size() == 0 ? 1 : e.shape[0];  // a scalar: one row
-    out.tensors_.push_back({e.name, e.shape, e.dtype, {{file, &e, rows}}});
-  }
+  out.add_file(std::move(file));
   return out;
+}
+
+void TensorSource::add_file(std::shared_ptr<const SafetensorsReader> file) {
+  TESSERA_CHECK(file != nullptr, where_, ": add_file without a file");
+  for (const SafetensorsEntry& e : file->header().entries) {
+    TESSERA_CHECK(find(e.name) == nullptr, where_, ": tensor '", e.name, "' of ", file->path(),
+                  " is given twice");
+    const int64_t rows = e.shape.size() == 0 ? 1 : e.shape[0];  // a scalar: one row
+    tensors_.push_back({e.name, e.shape, e.dtype, {{file, &e, rows}}});
+  }
 }
 
 void TensorSource::add(const std::string& name, const Shape& shape, std::vector<Block> blocks) {

@@ -49,6 +49,8 @@ class TensorSource {
   explicit TensorSource(std::string where) : where_(std::move(where)) {}
   // Every tensor of `file` under its own name, in header order.
   static TensorSource of_file(std::shared_ptr<const SafetensorsReader> file);
+  // Adds every tensor of `file` under its own name (a name already here is refused).
+  void add_file(std::shared_ptr<const SafetensorsReader> file);
 
   // Adds tensor `name` of `shape` (at least 1-D): `blocks` in order, whose rows sum to shape[0].
   // A stored block's shape must be [its rows, shape[1:]...]; the error names its file and

@@ -140,10 +140,27 @@ void ParallelTrainer::load_checkpoint_set(const nn::ShardedSet& set,
 }
 
 void ParallelTrainer::load_model_source(const nn::TensorSource& source) {
-  check_model_source(masters_, *mesh_, source, "load_model_source");
-  std::vector<nn::ShardPiece> pieces = state_pieces(/*held=*/true);
-  std::erase_if(pieces, [](const nn::ShardPiece& p) { return p.optimizer; });
-  read_into(pieces, [&](std::vector<nn::ShardPiece>& p) { nn::read_pieces(source, p); });
+  load_checkpoint_source(source, nullptr, nullptr);
+}
+
+void ParallelTrainer::load_checkpoint_source(const nn::TensorSource& model,
+                                             const nn::TensorSource* optimizer,
+                                             const nlohmann::json* optimizer_scalars) {
+  TESSERA_CHECK((optimizer == nullptr) == (optimizer_scalars == nullptr),
+                "load_checkpoint_source: the optimizer's tensors and scalars go together");
+  // The checks first, so that files of another model change nothing.
+  check_model_source(masters_, *mesh_, model, "load_checkpoint_source");
+  if (optimizer != nullptr)
+    check_model_source(masters_, *mesh_, *optimizer, "load_checkpoint_source",
+                       {".exp_avg", ".exp_avg_sq"});
+  std::vector<nn::ShardPiece> weights, moments;
+  for (nn::ShardPiece& p : state_pieces(/*held=*/true))
+    (p.optimizer ? moments : weights).push_back(std::move(p));
+  if (optimizer != nullptr) {
+    load_optimizer_scalars(*dp_, *optimizer_scalars);
+    read_into(moments, [&](std::vector<nn::ShardPiece>& p) { nn::read_pieces(*optimizer, p); });
+  }
+  read_into(weights, [&](std::vector<nn::ShardPiece>& p) { nn::read_pieces(model, p); });
   precision_->sync_compute();
 }
 

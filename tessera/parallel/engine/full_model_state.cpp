@@ -182,20 +182,25 @@ void check_model_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks, cons
 }
 
 void check_model_source(const std::vector<std::shared_ptr<nn::GPT>>& chunks, const DeviceMesh& mesh,
-                        const nn::TensorSource& source, const std::string& what) {
+                        const nn::TensorSource& source, const std::string& what,
+                        const std::vector<std::string>& suffixes) {
   const std::vector<Entry> expected = all_entries(chunks, mesh);
   std::set<std::string> known;
-  for (const Entry& e : expected) {
-    known.insert(e.name);
-    const nn::TensorSource::Stacked* t = source.find(e.name);
-    TESSERA_CHECK(t != nullptr, what, ": ", source.where(), " has no '", e.name, "' (",
-                  source.tensors().size(), " tensors there, the model has ", expected.size(), ")");
-    TESSERA_CHECK(t->shape == e.shape, what, ": ", source.where(), ": '", e.name, "' is ",
-                  dtype_name(t->dtype), t->shape, " but the model needs ", e.shape);
-  }
+  for (const Entry& e : expected)
+    for (const std::string& suffix : suffixes) {
+      const std::string name = e.name + suffix;
+      known.insert(name);
+      const nn::TensorSource::Stacked* t = source.find(name);
+      TESSERA_CHECK(t != nullptr, what, ": ", source.where(), " has no '", name, "' (",
+                    source.tensors().size(), " tensors there, the model needs ",
+                    expected.size() * suffixes.size(), ")");
+      TESSERA_CHECK(t->shape == e.shape, what, ": ", source.where(), ": '", name, "' is ",
+                    dtype_name(t->dtype), t->shape, " but the model needs ", e.shape);
+    }
   for (const nn::TensorSource::Stacked& t : source.tensors())
     TESSERA_CHECK(known.count(t.name), what, ": ", source.where(), ": '", t.name,
-                  "' is not a parameter of this model");
+                  "' is not a tensor of this model",
+                  suffixes.size() == 1 && suffixes[0].empty() ? "" : "'s optimizer state");
 }
 
 void load_model_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks, const DeviceMesh& mesh,

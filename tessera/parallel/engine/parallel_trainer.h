@@ -143,6 +143,13 @@ class ParallelTrainer {
   // unless the source holds exactly the model's names and shapes. Collective over pp and as
   // the compute copy's refresh is.
   void load_model_source(const nn::TensorSource& source);
+  // A single-process checkpoint's files read by range (nn::open_checkpoint with open_gathered),
+  // as a sharded set loads: the weights from `model`, and with `optimizer` and
+  // optimizer_scalars (the single-process AdamW's) the moments and counters too. Refused on
+  // every rank alike, before anything changes, unless the files hold exactly the model's (and
+  // AdamW's) tensors. Collective as load_model_source.
+  void load_checkpoint_source(const nn::TensorSource& model, const nn::TensorSource* optimizer,
+                              const nlohmann::json* optimizer_scalars);
   // This rank's own state, enough to restore this rank of the same layout with no other
   // rank's files (a node-local checkpoint): per bucket b, the master weights it holds
   // ("master.<b>": the bucket, or its shard at ZeRO-3 and offloaded) and the AdamW moments it

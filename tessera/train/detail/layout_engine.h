@@ -23,6 +23,8 @@ class LayoutEngine final : public StepEngine {
   nn::StateDict gather_model() override;
   void load_model(const nn::StateDict& full) override;
   void load_model_source(const std::shared_ptr<const nn::TensorSource>& source) override;
+  bool load_checkpoint_files(const nn::TensorSource& model, const nn::TensorSource* optimizer,
+                             const nlohmann::json* optimizer_scalars) override;
   nn::OptimizerState gather_optimizer() override;
   void load_optimizer(const nn::OptimizerState& full) override;
   bool load_checkpoint_set(const nn::ShardedSet& set,

@@ -37,10 +37,12 @@ nn::StateDict gather_parameter_tensors(const std::vector<std::shared_ptr<nn::GPT
 void check_model_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks, const DeviceMesh& mesh,
                        const nn::StateDict& full, const std::string& what = "load_full_state");
 
-// The same for a source read by range (nn/io/tensor_source.h): exactly the model's names, with
-// its shapes; the source's dtype may differ (a read casts). Collective over the pp group.
+// The same for a source read by range (nn/io/tensor_source.h): exactly the model's names, each
+// with every suffix (".exp_avg" and ".exp_avg_sq" for AdamW's moments), with its shapes; the
+// source's dtype may differ (a read casts). Collective over the pp group.
 void check_model_source(const std::vector<std::shared_ptr<nn::GPT>>& chunks, const DeviceMesh& mesh,
-                        const nn::TensorSource& source, const std::string& what);
+                        const nn::TensorSource& source, const std::string& what,
+                        const std::vector<std::string>& suffixes = {""});
 
 // check_model_state, then loads every chunk's slices of `full` (a tied copy takes wte.weight
 // as well), so nothing is written unless all of it fits. Collective over the pp group.
