@@ -25,11 +25,13 @@
 #include "tessera/nn/gpt.h"
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/nn/io/sharded_checkpoint.h"
+#include "tessera/nn/io/tensor_source.h"
 #include "tessera/nn/optim/optimizer.h"
-#include "tessera/train/detail/model_source.h"
 #include "tessera/train/options.h"
 
 namespace tessera::train {
+
+struct ImportedWeights;  // detail/model_source.h
 
 // The startup banner's account of --precision: "fp32", or what bf16/fp16 keep in which dtype
 // (and fp16's loss-scale settings).

@@ -22,6 +22,7 @@
 #include "tessera/train/detail/device.h"
 #include "tessera/train/detail/engine_config.h"
 #include "tessera/train/detail/layout_engine.h"
+#include "tessera/train/detail/model_source.h"
 #include "tessera/train/detail/snapshot_staging.h"  // ~Trainer destroys the staging
 #include "tessera/train/run_lock.h"                 // ~Trainer releases the lock
 #include "tessera/train/tensorboard.h"

@@ -150,9 +150,15 @@ void ParallelTrainer::load_checkpoint_source(const nn::TensorSource& model,
                 "load_checkpoint_source: the optimizer's tensors and scalars go together");
   // The checks first, so that files of another model change nothing.
   check_model_source(masters_, *mesh_, model, "load_checkpoint_source");
-  if (optimizer != nullptr)
-    check_model_source(masters_, *mesh_, *optimizer, "load_checkpoint_source",
-                       {".exp_avg", ".exp_avg_sq"});
+  if (optimizer != nullptr) {
+    try {
+      check_adamw_kind(*optimizer_scalars);
+      check_model_source(masters_, *mesh_, *optimizer, "load_checkpoint_source",
+                         {".exp_avg", ".exp_avg_sq"});
+    } catch (const Error& e) {
+      detail::throw_error(optimizer->where(), " (with its scalars): ", e.what());
+    }
+  }
   std::vector<nn::ShardPiece> weights, moments;
   for (nn::ShardPiece& p : state_pieces(/*held=*/true))
     (p.optimizer ? moments : weights).push_back(std::move(p));

@@ -34,14 +34,6 @@ nlohmann::json with_group_params(nlohmann::json scalars, const nn::StateDict& pa
   return scalars;
 }
 
-// Another optimizer's state (an SGD run resumed with AdamW) is named as such first.
-void check_adamw_kind(const nlohmann::json& scalars) {
-  TESSERA_CHECK(scalars.is_object() && scalars.value("kind", "") == "adamw",
-                "optimizer state: 'kind' must be \"adamw\", got ",
-                scalars.is_object() && scalars.contains("kind") ? scalars["kind"].dump()
-                                                                : std::string("none"));
-}
-
 // The single-process scalars with their groups listing this rank's parameters.
 nlohmann::json local_scalars(const nlohmann::json& full, const DataParallel& dp) {
   nn::StateDict params;
@@ -50,6 +42,13 @@ nlohmann::json local_scalars(const nlohmann::json& full, const DataParallel& dp)
 }
 
 }  // namespace
+
+void check_adamw_kind(const nlohmann::json& scalars) {
+  TESSERA_CHECK(scalars.is_object() && scalars.value("kind", "") == "adamw",
+                "optimizer state: 'kind' must be \"adamw\", got ",
+                scalars.is_object() && scalars.contains("kind") ? scalars["kind"].dump()
+                                                                : std::string("none"));
+}
 
 nn::OptimizerState gather_optimizer_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks,
                                           const DeviceMesh& mesh, const DataParallel& dp) {

@@ -40,6 +40,10 @@ nn::OptimizerState gather_optimizer_state(const std::vector<std::shared_ptr<nn::
 void load_optimizer_state(const std::vector<std::shared_ptr<nn::GPT>>& chunks,
                           const DeviceMesh& mesh, DataParallel& dp, const nn::OptimizerState& full);
 
+// Throws unless `scalars` are a single-process AdamW's: another optimizer's state (an SGD run
+// resumed with AdamW) is named as such before anything else is checked.
+void check_adamw_kind(const nlohmann::json& scalars);
+
 // Only the scalars of a single-process AdamW state (checked as above), for a rank that filled
 // its moments from a sharded checkpoint itself. Local.
 void load_optimizer_scalars(DataParallel& dp, const nlohmann::json& full_scalars);
