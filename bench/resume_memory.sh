@@ -7,8 +7,9 @@
 #
 #   sharded    every rank reads only what it holds (the default format; ParallelTrainer::
 #              load_checkpoint_set)
-#   gathered   every rank reads the single-process checkpoint whole, then keeps its part (as
-#              resuming from a sharded set did before: it reassembled the whole state first)
+#   gathered   the single-process checkpoint, whose two files every rank checks whole and
+#              then reads by range, only what it holds (ParallelTrainer::
+#              load_checkpoint_source); before, every rank read it whole and kept its part
 # Not part of CI (about a minute on 2 cores).
 # Usage: bench/resume_memory.sh [zero stage]      (default 1)
 set -euo pipefail

@@ -44,6 +44,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -163,6 +164,11 @@ class Trainer {
   void init_common();
   void build_loaders();
   void resume_from(const ResumePoint& resume);
+  // Runs `load` (an engine's read of only this rank's part, given the optimizer's scalars when
+  // `optimizer`) and, when it read, restores the run's progress. False: the engine takes the
+  // single-process state instead. Errors name the checkpoint.
+  bool resume_by_part(const ResumePoint& resume, bool optimizer,
+                      const std::function<bool(const nlohmann::json* scalars)>& load);
   // The next global batch's rows for this dp rank (grad_accum loader batches stacked).
   data::Batch next_rows();
   // The traced step's spans (data, the step, its calls); writes <run_dir>/trace/rank_N.json

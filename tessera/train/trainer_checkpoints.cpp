@@ -25,53 +25,49 @@ namespace tessera::train {
 
 namespace fs = std::filesystem;
 
+bool Trainer::resume_by_part(const ResumePoint& resume, bool optimizer,
+                             const std::function<bool(const nlohmann::json* scalars)>& load) {
+  const nlohmann::json& state = resume.data.state;
+  bool read = false;
+  try {
+    read = load(optimizer ? &state["optimizer"] : nullptr);
+  } catch (const Error& e) {
+    detail::throw_error("train: resuming from ", resume.dir, ": ", e.what());
+  }
+  if (!read) return false;
+  optimizer_note_ = optimizer ? "" : "the checkpoint holds no optimizer state";
+  restore_progress(state, resume.data.step, resume.dir);
+  skipped_checkpoints_ = describe_skipped(resume);
+  return true;
+}
+
 void Trainer::resume_from(const ResumePoint& resume) {
+  const bool scalars = resume.data.state.contains("optimizer");
   if (resume.set) {
     // A sharded set: each rank reads the part it holds, unless the engine takes the
     // single-process state, for which the set is read whole.
-    const nlohmann::json& state = resume.data.state;
+    const nn::ShardedSet& set = *resume.set;
     const bool optimizer =
-        state.contains("optimizer") &&
-        std::any_of(resume.set->tensors.begin(), resume.set->tensors.end(),
-                    [](const nn::ShardedSet::StoredTensor& t) { return t.optimizer; });
-    bool read = false;
-    try {
-      read = engine_->load_checkpoint_set(*resume.set, optimizer ? &state["optimizer"] : nullptr);
-    } catch (const Error& e) {
-      detail::throw_error("train: resuming from ", resume.dir, ": ", e.what());
-    }
-    if (read) {
-      optimizer_note_ = optimizer ? "" : "the checkpoint holds no optimizer state";
-      restore_progress(state, resume.data.step, resume.dir);
-      skipped_checkpoints_ = describe_skipped(resume);
+        scalars && std::any_of(set.tensors.begin(), set.tensors.end(),
+                               [](const nn::ShardedSet::StoredTensor& t) { return t.optimizer; });
+    if (resume_by_part(resume, optimizer, [&](const nlohmann::json* optimizer_scalars) {
+          return engine_->load_checkpoint_set(set, optimizer_scalars);
+        }))
       return;
-    }
-    ResumePoint whole{resume.dir, nn::read_sharded_checkpoint(*resume.set),
-                      nullptr,    nullptr,
-                      nullptr,    resume.skipped};
-    resume_from(whole);
+    resume_from(
+        {resume.dir, nn::read_sharded_checkpoint(set), nullptr, nullptr, nullptr, resume.skipped});
     return;
   }
   if (resume.model_files) {
     // A single-process checkpoint opened by range: each rank of a layout reads its part; an
     // engine that takes the single-process state gets the files read whole.
-    const nlohmann::json& state = resume.data.state;
-    const bool optimizer =
-        state.contains("optimizer") && !resume.optimizer_files->tensors().empty();
-    bool read = false;
-    try {
-      read = engine_->load_checkpoint_files(*resume.model_files,
-                                            optimizer ? resume.optimizer_files.get() : nullptr,
-                                            optimizer ? &state["optimizer"] : nullptr);
-    } catch (const Error& e) {
-      detail::throw_error("train: resuming from ", resume.dir, ": ", e.what());
-    }
-    if (read) {
-      optimizer_note_ = optimizer ? "" : "the checkpoint holds no optimizer state";
-      restore_progress(state, resume.data.step, resume.dir);
-      skipped_checkpoints_ = describe_skipped(resume);
+    const bool optimizer = scalars && !resume.optimizer_files->tensors().empty();
+    if (resume_by_part(resume, optimizer, [&](const nlohmann::json* optimizer_scalars) {
+          return engine_->load_checkpoint_files(*resume.model_files,
+                                                optimizer ? resume.optimizer_files.get() : nullptr,
+                                                optimizer_scalars);
+        }))
       return;
-    }
     ResumePoint whole = resume;
     whole.model_files = whole.optimizer_files = nullptr;
     whole.data.model = resume.model_files->read_all();

@@ -57,15 +57,19 @@ std::string shared_dir(const std::string& name) {
   return dir.string();
 }
 
-// Layout a's state after two steps, written as a sharded set of step 2 in run_dir.
-std::string write_set(const LayoutCase& a, const std::string& run_dir) {
-  auto world = testing::test_world();
+void train_two_steps(ParallelTrainer& trainer, const LayoutCase& a) {
   const ParallelConfig p = case_config(a);
-  ParallelTrainer trainer(world, case_model(a), p);
   for (int64_t step = 0; step < 2; ++step) {
     const Batch b = global_batch(step, p.batch_size, p.seq_len, case_model(a).vocab_size);
     trainer.step(b.inputs, b.targets);
   }
+}
+
+// Layout a's state after two steps, written as a sharded set of step 2 in run_dir.
+std::string write_set(const LayoutCase& a, const std::string& run_dir) {
+  auto world = testing::test_world();
+  ParallelTrainer trainer(world, case_model(a), case_config(a));
+  train_two_steps(trainer, a);
   nn::ShardJob job;
   job.run_dir = run_dir;
   job.step = 2;
@@ -83,12 +87,8 @@ std::string write_set(const LayoutCase& a, const std::string& run_dir) {
 // checkpoint of step 2 in run_dir, as `tessera train --checkpoint-format gathered` does.
 std::string write_gathered(const LayoutCase& a, const std::string& run_dir) {
   auto world = testing::test_world();
-  const ParallelConfig p = case_config(a);
-  ParallelTrainer trainer(world, case_model(a), p);
-  for (int64_t step = 0; step < 2; ++step) {
-    const Batch b = global_batch(step, p.batch_size, p.seq_len, case_model(a).vocab_size);
-    trainer.step(b.inputs, b.targets);
-  }
+  ParallelTrainer trainer(world, case_model(a), case_config(a));
+  train_two_steps(trainer, a);
   nn::CheckpointData data;
   data.step = 2;
   data.model = trainer.gather_full_state();
