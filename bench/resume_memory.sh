@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What resuming costs each rank in memory, on the 57.0M-parameter GPT of checkpoint_stall.sh
-# (684 MB of fp32 weights and AdamW moments) at dp2 under mpiexec. Two steps write a
-# checkpoint, in each format (their peaks are printed too); then each rank's peak resident
+# (684 MB of fp32 weights and AdamW moments) at dp2 (DP=1: one process, ZeRO 0) under mpiexec.
+# Two steps write a checkpoint, in each format (their peaks are printed too); then each rank's peak resident
 # memory (VmHWM, /usr/bin/time's %M) is measured for a run that resumes it and stops before
 # any step (--max-steps 2): the two resumes differ only in how the state is read.
 #
@@ -11,11 +11,12 @@
 #              then reads by range, only what it holds (ParallelTrainer::
 #              load_checkpoint_source); before, every rank read it whole and kept its part
 # Not part of CI (about a minute on 2 cores).
-# Usage: bench/resume_memory.sh [zero stage]      (default 1)
+# Usage: [DP=n] bench/resume_memory.sh [zero stage]      (default 1; DP 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${TESSERA_BIN:-$PWD/build/tools/tessera}
 zero=${1:-1}
+dp=${DP:-2}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
@@ -34,17 +35,17 @@ peak() {  # peak <label> <run dir> <max steps> <flags...>
   local label=$1 run=$2 steps=$3
   shift 3
   rm -f "$work"/peak.*
-  mpiexec -n 2 "$work/measured.sh" "$work/peak" \
+  mpiexec -n "$dp" "$work/measured.sh" "$work/peak" \
     "$BIN" train --train-data "$work/corpus/data/data_train_*.bin" --model "$model" \
-    --batch-size 2 --seq-len 64 --threads 1 --dp 2 --zero "$zero" --max-steps "$steps" \
+    --batch-size 2 --seq-len 64 --threads 1 --dp "$dp" --zero "$zero" --max-steps "$steps" \
     --checkpoint-every 2 --sample-tokens 0 --run-dir "$run" "$@" >"$work/log" 2>&1 ||
     { cat "$work/log"; exit 1; }
   printf '%-34s' "$label"
-  for r in 0 1; do awk '{ printf "  rank %s %7.0f MB", r, $1 / 1024 }' r="$r" "$work/peak.$r"; done
+  for ((r = 0; r < dp; ++r)); do awk '{ printf "  rank %s %7.0f MB", r, $1 / 1024 }' r="$r" "$work/peak.$r"; done
   echo "$(grep -o "resuming from .*" "$work/log" | sed "s|.*/checkpoints/|   resumed |" || true)"
 }
 
-echo "dp2, ZeRO-$zero, 57.0M parameters; peak resident memory per rank"
+echo "dp$dp, ZeRO-$zero, 57.0M parameters; peak resident memory per rank"
 
 peak "two steps, sharded save" "$work/sharded" 2
 peak "two steps, gathered save" "$work/gathered" 2 --checkpoint-format gathered

@@ -321,8 +321,9 @@ TEST(Trainer, InitFromStartsAtTheImportedWeights) {
 
 // --init-from a Hugging Face Llama folder as transformers shards one (bf16, an index over two
 // files): the run starts at those weights, each tensor read by range straight into the master
-// (ModuleEngine::load_model_source) and widened from bf16 exactly; the rows padding the
-// vocabulary are zero.
+// and widened from bf16 exactly; the rows padding the vocabulary are zero. Under AdamW one
+// process runs on the layout engine (ParallelTrainer::load_model_source), under SGD on the
+// module engine (ModuleEngine::load_model_source).
 TEST(Trainer, InitFromALlamaFolderReadsItsShardsIntoTheMaster) {
   ScratchDir dir;
   write_corpus_shards(dir);
@@ -330,17 +331,20 @@ TEST(Trainer, InitFromALlamaFolderReadsItsShardsIntoTheMaster) {
   const nn::GPT drawn(c);
   nn::testing::write_hf_llama_shards(dir / "hf", drawn.state_dict(), c, 2, DType::bf16);
 
-  TrainOptions o = tiny_options(dir, "init");
-  o.init_from = dir / "hf";
-  o.model_overrides = {{"dropout", 0.0}};
-  Trainer imported(o);
-  EXPECT_EQ(imported.model_config().mlp, nn::MlpKind::swiglu);
-  const nn::StateDict state = imported.full_state();
-  ASSERT_EQ(state.size(), drawn.state_dict().size());
-  for (const auto& [name, t] : state)
-    EXPECT_EQ(to_vector<float>(t), to_vector<float>(nn::testing::folder_weight(
-                                       drawn.state_dict(), name, c, DType::bf16)))
-        << name;
+  for (const char* optimizer : {"adamw", "sgd"}) {
+    TrainOptions o = tiny_options(dir, std::string("init_") + optimizer);
+    o.init_from = dir / "hf";
+    o.model_overrides = {{"dropout", 0.0}};
+    o.optimizer = optimizer;
+    Trainer imported(o);
+    EXPECT_EQ(imported.model_config().mlp, nn::MlpKind::swiglu);
+    const nn::StateDict state = imported.full_state();
+    ASSERT_EQ(state.size(), drawn.state_dict().size());
+    for (const auto& [name, t] : state)
+      EXPECT_EQ(to_vector<float>(t), to_vector<float>(nn::testing::folder_weight(
+                                         drawn.state_dict(), name, c, DType::bf16)))
+          << optimizer << " " << name;
+  }
 }
 
 // Resuming: the checkpoint gives the model. A --model key, a --preset or an --init-from it
