@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -142,6 +143,20 @@ TEST(TensorParallelGenerateN2, GreedyAndSampledTextMatchOneProcess) {
   if (rank == 0) fs::remove_all(dir);
 }
 
+// Every tensor of `model`, rank `rank`'s part of `size`, is exactly shard_of of full(name).
+void expect_slices_of(const nn::GPT& model, const std::function<Tensor(const std::string&)>& full,
+                      int rank, int size, const std::string& what) {
+  const auto metas = model.named_parameter_meta();
+  for (const auto& [name, t] : model.state_dict()) {
+    nn::ParamMeta meta;
+    for (const auto& [n, mt] : metas)
+      if (n == name) meta = mt;
+    EXPECT_EQ(to_vector<float>(t),
+              to_vector<float>(nn::shard_of(full(name), meta, rank, size, name)))
+        << what << " " << name;
+  }
+}
+
 // A tensor-parallel rank reads only its slices of a checkpoint, unsharded
 // (tp::read_full_source) or a sharded set of 3 ranks (tp::read_full_sharded_set): the
 // load holds no more than the rank's model, and the model's tensors are exactly shard_of of
@@ -180,15 +195,10 @@ TEST(TensorParallelGenerateN2, EachRankReadsOnlyItsSlicesOfTheCheckpoint) {
                   spec == dir ? "a checkpoint" : "a sharded set", (long long)peak, (long long)local,
                   (long long)whole);
     EXPECT_LE(peak, local + 4096) << spec;  // the model's tensors and a little bookkeeping
-    const auto metas = m.model->named_parameter_meta();
-    for (const auto& [name, t] : m.model->state_dict()) {
-      nn::ParamMeta meta;
-      for (const auto& [n, mt] : metas)
-        if (n == name) meta = mt;
-      const Tensor want =
-          nn::shard_of(nn::find_tensor(single.state_dict(), name), meta, rank, 2, name);
-      EXPECT_EQ(to_vector<float>(t), to_vector<float>(want)) << spec << " " << name;
-    }
+    expect_slices_of(
+        *m.model,
+        [&](const std::string& name) { return nn::find_tensor(single.state_dict(), name); }, rank,
+        2, spec);
   }
   MpiCommunicator::world()->barrier();
   if (rank == 0) {
@@ -245,16 +255,12 @@ TEST(TensorParallelGenerateN2, HuggingFaceLlamaShardsLoadByRangeIntoEachRank) {
           "whole %lld\n",
           split ? "tp2" : "one-process", (long long)peak, (long long)bound, (long long)control);
     EXPECT_EQ(m.config.ffn_dim(), cfg.ffn_dim());
-    const auto metas = m.model->named_parameter_meta();
-    for (const auto& [name, t] : m.model->state_dict()) {
-      nn::ParamMeta meta;
-      for (const auto& [n, mt] : metas)
-        if (n == name) meta = mt;
-      const Tensor rounded =
-          nn::testing::folder_weight(single.state_dict(), name, cfg, DType::bf16);
-      const Tensor want = split ? nn::shard_of(rounded, meta, rank, 2, name) : rounded;
-      EXPECT_EQ(to_vector<float>(t), to_vector<float>(want)) << split << " " << name;
-    }
+    expect_slices_of(
+        *m.model,
+        [&](const std::string& name) {
+          return nn::testing::folder_weight(single.state_dict(), name, cfg, DType::bf16);
+        },
+        split ? rank : 0, split ? 2 : 1, split ? "tp2" : "one process");
   }
   MpiCommunicator::world()->barrier();
   if (rank == 0) fs::remove_all(dir);
