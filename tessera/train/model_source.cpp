@@ -12,6 +12,7 @@
 #include "tessera/nn/io/hf_llama.h"
 #include "tessera/nn/io/llmc.h"
 #include "tessera/nn/io/sharded_checkpoint.h"
+#include "tessera/parallel/comm/first_rank_error.h"
 #include "tessera/parallel/tp/detail/full_state.h"
 
 namespace tessera::train {
@@ -144,7 +145,7 @@ void describe_checkpoint(const nn::CheckpointData& data, LoadedModel& out) {
 }  // namespace
 
 LoadedModel load_model(const std::string& spec, int64_t n_head,
-                       std::shared_ptr<nn::TensorParallelOps> tp) {
+                       std::shared_ptr<parallel::tp::TensorParallel> tp) {
   LoadedModel out;
   out.kind = detect_model_source(spec);
   out.path = spec;
@@ -173,18 +174,22 @@ LoadedModel load_model(const std::string& spec, int64_t n_head,
   }
   // Tensor parallelism: each rank reads only its slices into its own tensors, so no rank
   // holds the full model (at tp8 a rank's load holds 1/8 of it, not all of it beside its
-  // slice). An unsharded checkpoint's file is checked whole first (its checksum); a sharded
-  // set's shards are checked as it opens.
+  // slice). The files are checked first, each rank checksumming its share (an unsharded
+  // checkpoint's model file falls to rank 0, a sharded set's shards are dealt out), and the
+  // group agrees before anyone reads.
   if (tp) {
     std::optional<nn::ShardedSet> set;
     nn::CheckpointData data;
-    if (is_sharded_dir(out.path)) {
-      set = nn::open_sharded_checkpoint(out.path);
-      data.step = set->step;
-      data.state = set->state;
-    } else {
-      data = nn::load_checkpoint(out.path, nn::CheckpointParts::model_checked);
-    }
+    const nn::ChecksumShare share{tp->rank(), tp->size()};
+    parallel::run_agreeing(*tp->group(), [&] {
+      if (is_sharded_dir(out.path)) {
+        set = nn::open_sharded_checkpoint(out.path, share);
+        data.step = set->step;
+        data.state = set->state;
+      } else {
+        data = nn::load_checkpoint(out.path, nn::CheckpointParts::model_checked, nullptr, share);
+      }
+    });
     describe_checkpoint(data, out);
     nn::ModelParallel mp;
     mp.tp = tp;

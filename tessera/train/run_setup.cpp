@@ -7,6 +7,7 @@
 #include "tessera/core/ops/creation.h"
 #include "tessera/core/ops/movement.h"
 #include "tessera/nn/generate.h"
+#include "tessera/parallel/comm/first_rank_error.h"
 #include "tessera/train/detail/engine_config.h"
 #include "tessera/train/detail/model_source.h"
 
@@ -126,28 +127,34 @@ std::string checkpoint_log_path(const TrainOptions& o) {
   return o.run_dir + "/checkpoints.jsonl";
 }
 
-std::optional<ResumePoint> find_resume(const TrainOptions& o) {
+nn::LoadedCheckpoint open_checkpoint_together(parallel::Communicator& world, const std::string& dir,
+                                              bool open_gathered) {
+  nn::LoadedCheckpoint opened;
+  parallel::run_agreeing(world, [&] {
+    opened = nn::open_checkpoint(dir, open_gathered, {world.rank(), world.size()});
+  });
+  return opened;
+}
+
+std::optional<ResumePoint> find_resume(const TrainOptions& o, parallel::Communicator& world) {
   if (o.resume == "never") return std::nullopt;
   // Under a layout a single-process checkpoint is opened, not read: each rank reads its part.
   const bool layout = uses_layout_engine(o);
   ResumePoint r;
+  std::optional<nn::LoadedCheckpoint> opened;
   if (o.resume == "auto") {
-    std::optional<nn::LoadedCheckpoint> newest =
-        nn::load_newest_good_checkpoint(o.run_dir, &r.skipped, /*open_sharded=*/true, layout);
-    if (!newest) return std::nullopt;
-    r.dir = std::move(newest->dir);
-    r.data = std::move(newest->data);
-    r.set = std::move(newest->set);
-    r.model_files = std::move(newest->model_files);
-    r.optimizer_files = std::move(newest->optimizer_files);
+    opened = nn::newest_good_checkpoint(o.run_dir, &r.skipped, [&](const std::string& dir) {
+      return open_checkpoint_together(world, dir, layout);
+    });
+    if (!opened) return std::nullopt;
   } else {
-    nn::LoadedCheckpoint given = nn::open_checkpoint(o.resume, layout);
-    r.dir = o.resume;
-    r.data = std::move(given.data);
-    r.set = std::move(given.set);
-    r.model_files = std::move(given.model_files);
-    r.optimizer_files = std::move(given.optimizer_files);
+    opened = open_checkpoint_together(world, o.resume, layout);
   }
+  r.dir = std::move(opened->dir);
+  r.data = std::move(opened->data);
+  r.set = std::move(opened->set);
+  r.model_files = std::move(opened->model_files);
+  r.optimizer_files = std::move(opened->optimizer_files);
   if (r.data.state.contains("options")) check_resumable(o, r.data.state["options"]);
   return r;
 }

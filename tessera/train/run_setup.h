@@ -29,6 +29,10 @@
 #include "tessera/nn/optim/optimizer.h"
 #include "tessera/train/options.h"
 
+namespace tessera::parallel {
+class Communicator;
+}
+
 namespace tessera::train {
 
 struct ImportedWeights;  // detail/model_source.h
@@ -61,10 +65,19 @@ struct ResumePoint {
   std::vector<nn::SkippedCheckpoint> skipped;
 };
 
+// A checkpoint opened by every rank of `world` together (nn::open_checkpoint; with
+// open_gathered, a single-process one is opened by range): each rank checksums its share of
+// the files (nn::ChecksumShare), then all agree (parallel::first_rank_error). So the job reads
+// each file once for its checksum, not once per rank, and a file that one rank found corrupt
+// fails the checkpoint on every rank, with that rank's message. Collective over `world`.
+nn::LoadedCheckpoint open_checkpoint_together(parallel::Communicator& world, const std::string& dir,
+                                              bool open_gathered);
+
 // The checkpoint a run resumes from, checked against the options that must not change (data,
 // batch, sequence, seed, tokenizer): under --resume auto the run's newest checkpoint that loads
-// (nn::load_newest_good_checkpoint), under --resume DIR that directory; nullopt for a fresh run.
-std::optional<ResumePoint> find_resume(const TrainOptions& o);
+// (nn::newest_good_checkpoint), under --resume DIR that directory; nullopt for a fresh run.
+// Every candidate is opened together (open_checkpoint_together): collective over `world`.
+std::optional<ResumePoint> find_resume(const TrainOptions& o, parallel::Communicator& world);
 
 // "skipping checkpoint DIR: REASON", one line per checkpoint passed over.
 std::string describe_skipped(const ResumePoint& resume);

@@ -47,7 +47,7 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<parallel::Communicator> w
     : options_(std::move(options)), world_(std::move(world)) {
   const TrainOptions& o = options_;
   init_common();
-  std::optional<ResumePoint> resume = find_resume(o);
+  std::optional<ResumePoint> resume = find_resume(o, *world_);
   ImportedWeights imported;
   config_ = resolve_config(o, *tokenizer_, resume ? &*resume : nullptr, &imported);
   // Weights that a strict load replaces below are not drawn: a GPT-2 124M bf16 resume built in
@@ -114,7 +114,7 @@ Trainer::Trainer(ModuleParts parts, TrainOptions options,
   engine_ =
       std::make_unique<ModuleEngine>(world_, std::move(parts), module_config(options_, device_));
   build_loaders();
-  std::optional<ResumePoint> resume = find_resume(options_);
+  std::optional<ResumePoint> resume = find_resume(options_, *world_);
   if (resume_from_local(resume ? resume->data.step : -1)) {
   } else if (resume) {
     resume_from(*resume);

@@ -185,7 +185,8 @@ std::string Trainer::save_local() {
 }
 
 void Trainer::load(const std::string& checkpoint_dir) {
-  nn::LoadedCheckpoint given = nn::open_checkpoint(checkpoint_dir, uses_layout_engine(options_));
+  nn::LoadedCheckpoint given =
+      open_checkpoint_together(*world_, checkpoint_dir, uses_layout_engine(options_));
   resume_from({checkpoint_dir,
                std::move(given.data),
                std::move(given.set),

@@ -127,6 +127,36 @@ TEST(Checkpoint, ModelCheckedChecksTheModelFileAndReadsNoTensor) {
                        {model, "unexpected tensor 'h.0.ln_1.weight'"}));
 }
 
+// A ChecksumShare checks the files it covers (the model file is 0, the optimizer's 1) and
+// passes over the others' checksums, never their sizes or tensor lists: the ranks of a job
+// each check one share and then agree (train::open_checkpoint_together).
+TEST(Checkpoint, AChecksumShareChecksOnlyTheFilesItCovers) {
+  TempDir run;
+  const std::string dir = save_checkpoint(run.path(), sample(5));
+  const std::string optimizer = dir + "/optimizer.safetensors";
+  std::string bytes = read_bytes(optimizer);
+  bytes[bytes.size() - 3] ^= 0x10;  // same size: only the checksum can tell
+  write_bytes(optimizer, bytes);
+  for (bool open_gathered : {false, true}) {
+    EXPECT_EQ(open_checkpoint(dir, open_gathered, {0, 2}).data.step, 5) << open_gathered;
+    EXPECT_TRUE(mentions(error_of([&] {
+                           open_checkpoint(dir, open_gathered, {1, 2});
+                         }),
+                         {optimizer, "checksum", "corrupt"}))
+        << open_gathered;
+    EXPECT_TRUE(
+        mentions(error_of([&] { open_checkpoint(dir, open_gathered); }), {optimizer, "checksum"}))
+        << open_gathered;
+    EXPECT_EQ(open_checkpoint(dir, open_gathered, {2, 3}).data.step, 5) << open_gathered;
+  }
+  // What the share leaves out is still checked for size.
+  fs::resize_file(optimizer, bytes.size() - 1);
+  EXPECT_TRUE(mentions(error_of([&] {
+                         open_checkpoint(dir, true, {0, 2});
+                       }),
+                       {optimizer, "truncated or replaced"}));
+}
+
 TEST(Checkpoint, LatestFollowsTheNewestAndRetentionKeepsK) {
   TempDir run;
   EXPECT_EQ(find_latest_checkpoint(run.path()), std::nullopt) << "a new run has none";

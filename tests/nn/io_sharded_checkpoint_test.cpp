@@ -224,6 +224,30 @@ TEST(ShardedCheckpoint, DamagedShardsAreNamed) {
   }
 }
 
+// A ChecksumShare checks the shards it covers (shard i when i % ranks == rank) and only their
+// sizes, indices and tiling otherwise: with shard 1 of 3 flipped, ranks 0 and 2 of three open
+// the set and rank 1 names the shard; over two ranks rank 1 covers it too, rank 0 does not.
+TEST(ShardedCheckpoint, AChecksumShareChecksOnlyItsShards) {
+  TempDir run;
+  save_sharded_checkpoint(run.path(), sample(4), 3);
+  const std::string shard1 = (fs::path(set_of(run, 4)) / "shard_00001.safetensors").string();
+  std::string bytes = read_bytes(shard1);
+  bytes[bytes.size() - 3] ^= 0x10;
+  write_bytes(shard1, bytes);
+  EXPECT_EQ(open_sharded_checkpoint(set_of(run, 4), {0, 3}).step, 4);
+  EXPECT_EQ(open_sharded_checkpoint(set_of(run, 4), {2, 3}).step, 4);
+  EXPECT_EQ(open_sharded_checkpoint(set_of(run, 4), {0, 2}).step, 4);
+  for (const ChecksumShare share : {ChecksumShare{1, 3}, ChecksumShare{1, 2}, ChecksumShare{}})
+    EXPECT_TRUE(mentions(error_of([&] { open_sharded_checkpoint(set_of(run, 4), share); }),
+                         {shard1, "checksum", "corrupt or from another checkpoint"}))
+        << share.rank << " of " << share.ranks;
+  fs::resize_file(shard1, bytes.size() - 1);
+  EXPECT_TRUE(mentions(error_of([&] {
+                         open_sharded_checkpoint(set_of(run, 4), {0, 3});
+                       }),
+                       {shard1, "truncated or replaced"}));
+}
+
 // A manifest whose pieces do not tile their tensors: moved so that an element is covered twice,
 // dropped so that elements are never covered, or claiming a tensor larger than its pieces.
 TEST(ShardedCheckpoint, PiecesMustCoverEveryElementOnce) {

@@ -15,9 +15,11 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli/commands.h"
+#include "tessera/core/file_io.h"
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/parallel/comm/mpi_communicator.h"
@@ -199,6 +201,52 @@ TEST(TensorParallelGenerateN2, EachRankReadsOnlyItsSlicesOfTheCheckpoint) {
         *m.model,
         [&](const std::string& name) { return nn::find_tensor(single.state_dict(), name); }, rank,
         2, spec);
+  }
+  MpiCommunicator::world()->barrier();
+  if (rank == 0) {
+    fs::remove_all(dir);
+    fs::remove_all(sharded_run);
+  }
+}
+
+// The ranks checksum a share of the files each (nn::ChecksumShare; of a single-process
+// checkpoint the model file falls to rank 0, of a three-shard set shards 0 and 2 to rank 0 and
+// shard 1 to rank 1) and agree: a file one rank found corrupt fails the load on both, naming
+// it and that rank. Without the agreement the other rank loads and goes on alone.
+TEST(TensorParallelGenerateN2, AFileOneRankChecksumsFailsTheLoadOnBoth) {
+  const int rank = MpiCommunicator::world()->rank();
+  nn::GPT single(tiny_config());
+  testing::randomize(single, 6);
+  const std::string dir = write_checkpoint(single, "agree");
+  const fs::path sharded_run = fs::temp_directory_path() / "tessera_tp_generate_agree_sharded";
+  const std::string checkpoint = *nn::find_latest_checkpoint(dir);
+  const std::string set =
+      (fs::path(nn::checkpoints_dir(sharded_run.string())) / fs::path(checkpoint).filename())
+          .string();
+  const std::string model = checkpoint + "/model.safetensors",
+                    shard = set + "/shard_00001.safetensors";
+  if (rank == 0) {
+    fs::remove_all(sharded_run);
+    nn::save_sharded_checkpoint(sharded_run.string(), nn::load_checkpoint(checkpoint), 3);
+    for (const std::string& file : {model, shard}) {
+      std::string bytes = read_text_file(file);
+      bytes[bytes.size() - 3] ^= 0x10;  // same size: only the checksum tells
+      write_file_atomic(file, bytes);
+    }
+  }
+  MpiCommunicator::world()->barrier();
+  const auto tp = testing::make_tp(2, false);
+  for (const auto& [spec, file, by] :
+       {std::tuple{checkpoint, model, "(on rank 0)"}, std::tuple{set, shard, "(on rank 1)"}}) {
+    std::string error;
+    try {
+      train::load_model(spec, 0, tp);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    EXPECT_NE(error.find(file), std::string::npos) << "rank " << rank << ": " << error;
+    EXPECT_NE(error.find("checksum"), std::string::npos) << "rank " << rank << ": " << error;
+    EXPECT_NE(error.find(by), std::string::npos) << "rank " << rank << ": " << error;
   }
   MpiCommunicator::world()->barrier();
   if (rank == 0) {

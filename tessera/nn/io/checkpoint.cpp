@@ -146,11 +146,11 @@ std::string describe_entry(const nlohmann::json& e) {
   return (dtype.is_string() ? dtype.get<std::string>() : dtype.dump()) + field("shape").dump();
 }
 
-// Checks a tensor file against its record in state.json and reads it; with `read` false,
-// checks the header's tensor list instead and reads no tensor.
+// Checks a tensor file against its record in state.json (its checksum only with `checksum`)
+// and reads it; with `read` false, checks the header's tensor list instead and reads no tensor.
 StateDict read_recorded(const fs::path& dir, const char* file, const nlohmann::json& files,
-                        const std::string& state_path, const StateDict* into = nullptr,
-                        bool read = true) {
+                        const std::string& state_path, const StateDict* into, bool read,
+                        bool checksum) {
   const fs::path path = dir / file;
   const std::string where = path.string();
   TESSERA_CHECK(files.contains(file) && files[file].is_object(), state_path,
@@ -165,10 +165,12 @@ StateDict read_recorded(const fs::path& dir, const char* file, const nlohmann::j
   const uint64_t bytes = rec["bytes"].get<uint64_t>();
   TESSERA_CHECK(fs::file_size(path) == bytes, where, ": ", fs::file_size(path), " bytes, but ",
                 state_path, " records ", bytes, " (truncated or replaced)");
-  const std::string sum = checksum_hex(file_checksum(where));
-  TESSERA_CHECK(sum == rec["checksum"].get<std::string>(), where, ": checksum ", sum,
-                " does not match ", rec["checksum"].get<std::string>(), " recorded in ", state_path,
-                " (the file is corrupt or from another checkpoint)");
+  if (checksum) {
+    const std::string sum = checksum_hex(file_checksum(where));
+    TESSERA_CHECK(sum == rec["checksum"].get<std::string>(), where, ": checksum ", sum,
+                  " does not match ", rec["checksum"].get<std::string>(), " recorded in ",
+                  state_path, " (the file is corrupt or from another checkpoint)");
+  }
 
   StateDict tensors;
   nlohmann::json actual;
@@ -339,7 +341,7 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointData& da
 }
 
 CheckpointData load_checkpoint(const std::string& dir_string, CheckpointParts parts,
-                               const StateDict* into) {
+                               const StateDict* into, ChecksumShare share) {
   const fs::path dir(dir_string);
   TESSERA_CHECK(fs::is_directory(dir), "checkpoint ", dir_string, ": not a directory");
   if (is_sharded_checkpoint(dir_string)) {
@@ -348,7 +350,7 @@ CheckpointData load_checkpoint(const std::string& dir_string, CheckpointParts pa
                   " is a sharded set: it is read by read_sharded_checkpoint, not checked alone ",
                   "(CheckpointParts::model_checked and all_checked are for an unsharded "
                   "checkpoint)");
-    return read_sharded_checkpoint(open_sharded_checkpoint(dir_string), parts);
+    return read_sharded_checkpoint(open_sharded_checkpoint(dir_string, share), parts);
   }
   const fs::path state_path = dir / kStateFile;
   const std::string sp = state_path.string();
@@ -375,9 +377,11 @@ CheckpointData load_checkpoint(const std::string& dir_string, CheckpointParts pa
     TESSERA_CHECK(*named == data.step, sp, ": 'step' is ", data.step, " but the directory is ",
                   dir.filename().string());
   const bool read = parts == CheckpointParts::all || parts == CheckpointParts::model;
-  data.model = read_recorded(dir, kCheckpointModelFile, s["files"], sp, into, read);
+  data.model =
+      read_recorded(dir, kCheckpointModelFile, s["files"], sp, into, read, share.covers(0));
   if (parts == CheckpointParts::all || parts == CheckpointParts::all_checked)
-    data.optimizer = read_recorded(dir, kCheckpointOptimizerFile, s["files"], sp, nullptr, read);
+    data.optimizer = read_recorded(dir, kCheckpointOptimizerFile, s["files"], sp, nullptr, read,
+                                   share.covers(1));
   data.state = std::move(s["state"]);
   return data;
 }
@@ -406,11 +410,13 @@ std::optional<std::string> find_latest_checkpoint(const std::string& run_dir) {
   return target.string();
 }
 
-LoadedCheckpoint open_checkpoint(const std::string& dir, bool open_gathered) {
-  if (!is_sharded_checkpoint(dir) && !open_gathered) return {dir, load_checkpoint(dir), nullptr};
+LoadedCheckpoint open_checkpoint(const std::string& dir, bool open_gathered, ChecksumShare share) {
+  if (!is_sharded_checkpoint(dir) && !open_gathered)
+    return {dir, load_checkpoint(dir, CheckpointParts::all, nullptr, share), nullptr};
   if (!is_sharded_checkpoint(dir)) {
     // Checked whole (sizes, checksums, tensor lists), then opened: the files stay on disk.
-    LoadedCheckpoint out{dir, load_checkpoint(dir, CheckpointParts::all_checked), nullptr};
+    LoadedCheckpoint out{dir, load_checkpoint(dir, CheckpointParts::all_checked, nullptr, share),
+                         nullptr};
     auto open = [&](const char* file) {
       return std::make_shared<const TensorSource>(TensorSource::of_file(
           std::make_shared<const SafetensorsReader>((fs::path(dir) / file).string())));
@@ -419,7 +425,7 @@ LoadedCheckpoint open_checkpoint(const std::string& dir, bool open_gathered) {
     out.optimizer_files = open(kCheckpointOptimizerFile);
     return out;
   }
-  auto set = std::make_shared<ShardedSet>(open_sharded_checkpoint(dir));
+  auto set = std::make_shared<ShardedSet>(open_sharded_checkpoint(dir, share));
   LoadedCheckpoint out{dir, {}, nullptr};
   out.data.step = set->step;
   out.data.state = set->state;
@@ -430,6 +436,15 @@ LoadedCheckpoint open_checkpoint(const std::string& dir, bool open_gathered) {
 std::optional<LoadedCheckpoint> load_newest_good_checkpoint(const std::string& run_dir,
                                                             std::vector<SkippedCheckpoint>* skipped,
                                                             bool open_sharded, bool open_gathered) {
+  return newest_good_checkpoint(run_dir, skipped, [&](const std::string& dir) {
+    return open_sharded ? open_checkpoint(dir, open_gathered)
+                        : LoadedCheckpoint{dir, load_checkpoint(dir), nullptr};
+  });
+}
+
+std::optional<LoadedCheckpoint> newest_good_checkpoint(
+    const std::string& run_dir, std::vector<SkippedCheckpoint>* skipped,
+    const std::function<LoadedCheckpoint(const std::string& dir)>& open) {
   std::vector<SkippedCheckpoint> passed;
   std::vector<int64_t> steps = list_checkpoints(run_dir);
   const fs::path dir = checkpoints_dir(run_dir);
@@ -458,9 +473,7 @@ std::optional<LoadedCheckpoint> load_newest_good_checkpoint(const std::string& r
     }
     const std::string candidate = (dir / checkpoint_name(*it)).string();
     try {
-      LoadedCheckpoint loaded =
-          open_sharded ? open_checkpoint(candidate, open_gathered)
-                       : LoadedCheckpoint{candidate, load_checkpoint(candidate), nullptr};
+      LoadedCheckpoint loaded = open(candidate);
       if (skipped) *skipped = passed;
       return loaded;
     } catch (const Error& e) {

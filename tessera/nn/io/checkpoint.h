@@ -19,6 +19,7 @@
 // size, checksum or tensor list disagrees with state.json is an error naming the file.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,15 +63,27 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointData& da
 // (safetensors_reader.h, parallel/tp/full_state.h).
 enum class CheckpointParts { all, model, model_checked, all_checked };
 
+// Which of a checkpoint's files a reader checksums (the other checks, sizes, headers and
+// tensor lists, are made whatever the share): file i when i % ranks == rank, where i is a
+// sharded set's shard rank, or 0 for a single-process checkpoint's model file and 1 for its
+// optimizer's. A checksum reads its file whole, so the ranks of a job that open one checkpoint
+// together each check a share and then agree on the verdict (train::find_resume): the job
+// reads every file once for its checksum, not once per rank. The default checks every file.
+struct ChecksumShare {
+  int rank = 0;
+  int ranks = 1;
+  bool covers(size_t file) const { return ranks <= 1 || file % size_t(ranks) == size_t(rank); }
+};
+
 // Reads and validates one checkpoint directory. With CheckpointParts::model, `optimizer` is
 // left empty and its file is neither read nor checked; with model_checked, `model` is left
 // empty too; with all_checked, both files are checked (size, checksum, tensor list) and neither
 // is read (a sharded set is refused by both). Given `into` (a model's state dict),
 // the model tensors that match one of it by name, shape and dtype are read straight into it
 // (read_safetensors), and `model` holds those very tensors; a sharded set reads into fresh
-// tensors.
+// tensors. Only the files `share` covers are checksummed.
 CheckpointData load_checkpoint(const std::string& dir, CheckpointParts parts = CheckpointParts::all,
-                               const StateDict* into = nullptr);
+                               const StateDict* into = nullptr, ChecksumShare share = {});
 
 // The checkpoint `latest` names; without a `latest` file (a crash right after the first
 // publish), the highest-step checkpoint; nullopt when the run has none. A `latest` that is
@@ -105,8 +118,10 @@ struct LoadedCheckpoint {
 // A checkpoint directory validated for resuming: a sharded one only opened
 // (open_sharded_checkpoint: every check, no tensor read), so that each rank then reads its own
 // part; a single-process one read (as load_checkpoint), or, with open_gathered, checked
-// (CheckpointParts::all_checked) and opened by range.
-LoadedCheckpoint open_checkpoint(const std::string& dir, bool open_gathered = false);
+// (CheckpointParts::all_checked) and opened by range. Only the files `share` covers are
+// checksummed.
+LoadedCheckpoint open_checkpoint(const std::string& dir, bool open_gathered = false,
+                                 ChecksumShare share = {});
 
 // The newest checkpoint of run_dir that loads and validates: the one `latest` names, then the
 // older published ones, newest first. One that does not load (a missing, truncated or corrupt
@@ -120,5 +135,13 @@ std::optional<LoadedCheckpoint> load_newest_good_checkpoint(const std::string& r
                                                             std::vector<SkippedCheckpoint>* skipped,
                                                             bool open_sharded = false,
                                                             bool open_gathered = false);
+
+// load_newest_good_checkpoint with each candidate opened by `open`, which returns it or throws
+// an Error saying why it does not load. The candidates and their order depend only on the run
+// directory's listing, so the ranks of a job call `open` on the same directories in the same
+// order, and it may be collective (each rank checks a share, then they agree).
+std::optional<LoadedCheckpoint> newest_good_checkpoint(
+    const std::string& run_dir, std::vector<SkippedCheckpoint>* skipped,
+    const std::function<LoadedCheckpoint(const std::string& dir)>& open);
 
 }  // namespace tessera::nn

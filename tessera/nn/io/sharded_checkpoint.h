@@ -151,8 +151,9 @@ struct ShardedSet {
 // Reads and validates a set without reading its tensors into memory: the manifest, every
 // shard's index, size and checksum (streamed), and that the pieces tile every tensor. A
 // missing manifest, a shard whose size or checksum disagrees, a piece outside its tensor, an
-// element covered twice or never: an error naming the file and the tensor.
-ShardedSet open_sharded_checkpoint(const std::string& dir);
+// element covered twice or never: an error naming the file and the tensor. Only the shards
+// `share` covers are checksummed (checkpoint.h).
+ShardedSet open_sharded_checkpoint(const std::string& dir, ChecksumShare share = {});
 
 // Fills each wanted piece (name, optimizer, full_shape, geometry and begin as a writer gives
 // them; data a contiguous CPU tensor of the stored dtype, [length]) from the set, whatever

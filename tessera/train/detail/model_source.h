@@ -14,6 +14,7 @@
 #include "tessera/data/tokenizer.h"
 #include "tessera/nn/gpt.h"
 #include "tessera/nn/io/tensor_source.h"
+#include "tessera/parallel/tp/tensor_parallel.h"
 
 namespace tessera::train {
 
@@ -33,12 +34,14 @@ struct LoadedModel {
 ModelSourceKind detect_model_source(const std::string& spec);
 // Builds the model and loads its weights. n_head applies to HF GPT-2 weights only (those
 // without a config.json need it); any other source refuses it, since it records its heads.
-// With `tp`, builds this rank's tensor-parallel part and loads its slices of the full weights
-// (no communication); a config whose heads or MLP width tp does not divide throws naming them.
+// With `tp`, builds this rank's tensor-parallel part and loads its slices of the full weights;
+// a config whose heads or MLP width tp does not divide throws naming them. Of a checkpoint each
+// rank checksums a share of the files and the group agrees (train::open_checkpoint_together's
+// way), so a corrupt file fails every rank with one message: collective over tp's group.
 // Of a checkpoint it reads the model's weights alone (not the optimizer's file), into a model
 // whose weights were not drawn first (nn::ParamInit::zeros; the load is strict).
 LoadedModel load_model(const std::string& spec, int64_t n_head = 0,
-                       std::shared_ptr<nn::TensorParallelOps> tp = nullptr);
+                       std::shared_ptr<parallel::tp::TensorParallel> tp = nullptr);
 // The tokenizer to use with a loaded model: `override_spec` when given (--tokenizer); else the
 // one the checkpoint carries (state["tokenizer"], data::tokenizer_record), which needs no file
 // and so works wherever the run or checkpoint was moved; for Hugging Face weights, the
