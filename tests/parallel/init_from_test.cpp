@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <optional>
 
 #include "nn/hf_llama_folder.h"
 #include "tessera/parallel/comm/mpi_communicator.h"
@@ -22,14 +21,12 @@ namespace fs = std::filesystem;
 TEST(InitFromN2, ALlamaFolderStartsAZeroThreeLayoutAtItsWeights) {
   auto world = MpiCommunicator::world();
   const int rank = world->rank();
-  std::optional<cli::testing::ScratchDir> scratch;  // rank 0's; every rank names it alike
-  if (rank == 0) scratch.emplace();
-  const fs::path root = fs::temp_directory_path() /
-                        "tessera_tools_InitFromN2_ALlamaFolderStartsAZeroThreeLayoutAtItsWeights";
+  const cli::testing::ScratchDir scratch(rank == 0);  // every rank names it alike
+  const fs::path& root = scratch.path();
   const nn::GPTConfig c = nn::testing::byte_llama_config();
   const nn::GPT drawn(c);
   if (rank == 0) {
-    cli::testing::write_corpus_shards(*scratch);
+    cli::testing::write_corpus_shards(scratch);
     nn::testing::write_hf_llama_shards((root / "hf").string(), drawn.state_dict(), c, 2,
                                        DType::bf16);
   }

@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <optional>
 
 #include "tessera/core/file_io.h"
 #include "tessera/nn/io/checkpoint.h"
@@ -25,12 +24,9 @@ namespace fs = std::filesystem;
 TEST(ResumeAgreementN2, AShardOneRankChecksumsFailsItsCheckpointOnEveryRank) {
   auto world = MpiCommunicator::world();
   const int rank = world->rank();
-  std::optional<cli::testing::ScratchDir> scratch;  // rank 0's; every rank names it alike
-  if (rank == 0) scratch.emplace();
-  const fs::path root =
-      fs::temp_directory_path() /
-      "tessera_tools_ResumeAgreementN2_AShardOneRankChecksumsFailsItsCheckpointOnEveryRank";
-  if (rank == 0) cli::testing::write_corpus_shards(*scratch);
+  const cli::testing::ScratchDir scratch(rank == 0);  // every rank names it alike
+  const fs::path& root = scratch.path();
+  if (rank == 0) cli::testing::write_corpus_shards(scratch);
   world->barrier();
 
   for (int bad : {0, 1}) {

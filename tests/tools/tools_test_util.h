@@ -19,22 +19,27 @@ using train::TrainOptions;
 
 namespace fs = std::filesystem;
 
-// A fresh folder under the system temp dir, removed when the test ends.
+// A fresh folder under the system temp dir, named for the test, removed when the test ends.
+// The ranks of an MPI test name the same folder; only its owner (rank 0) creates and removes it.
 class ScratchDir {
  public:
-  ScratchDir() {
+  explicit ScratchDir(bool owner = true) : owner_(owner) {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     path_ = fs::temp_directory_path() /
             (std::string("tessera_tools_") + info->test_suite_name() + "_" + info->name());
+    if (!owner_) return;
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
-  ~ScratchDir() { fs::remove_all(path_); }
+  ~ScratchDir() {
+    if (owner_) fs::remove_all(path_);
+  }
   std::string operator/(const std::string& name) const { return (path_ / name).string(); }
   const fs::path& path() const { return path_; }
 
  private:
   fs::path path_;
+  bool owner_ = true;
 };
 
 // Writes a few kilobytes of patterned text and byte-tokenizes it into train and val shards.
