@@ -126,20 +126,24 @@ bool is_incomplete_checkpoint(const std::string& dir);
 // read_pieces() then reads any part of any tensor, so a rank resuming under any layout reads
 // only what it holds (no rank reassembles the single-process state).
 struct ShardedSet {
-  // A run of a single-process tensor stored contiguously in one shard file.
-  struct StoredRun {
-    int64_t full_offset = 0;  // in the single-process tensor, flattened
-    int64_t length = 0;
+  // A piece as one shard stores it: the elements [begin, begin + length) of that shard's local
+  // tensor (geometry), contiguous in its file from file_offset. The runs it maps to in the
+  // single-process tensor (piece_runs) are not kept: a tensor-parallel slice split along its
+  // columns has one per row, 65,536 for a 70B Llama's o_proj at tp8, so an index of runs grew
+  // with the set's rows on every rank; the pieces grow only with its shards.
+  struct StoredPiece {
     int shard = 0;
-    uint64_t file_offset = 0;  // of the run's first byte in shard `shard`'s file
+    uint64_t file_offset = 0;
+    ShardGeometry geometry;
+    int64_t begin = 0, length = 0;
   };
-  // One single-process tensor: its runs sorted by full_offset, tiling it exactly.
+  // One single-process tensor: the pieces that tile it exactly (checked when the set opens).
   struct StoredTensor {
     std::string name;
     bool optimizer = false;
     Shape full_shape;
     DType dtype = DType::f32;
-    std::vector<StoredRun> runs;
+    std::vector<StoredPiece> pieces;
   };
   std::string dir;
   int64_t step = 0;

@@ -1,13 +1,15 @@
 // The sharded checkpoint's reader. open_sharded_checkpoint() validates a whole set (manifest,
 // indices, sizes, the streamed checksums of the shards its ChecksumShare covers, the tiling of
-// every tensor) and keeps only an index of
-// runs: (tensor, full offset, length) -> (shard file, byte offset). read_pieces() then reads
-// exactly the bytes a caller's pieces need with pread, straight into their memory, so a rank
-// resuming under any layout holds its own state and the index, never the single-process state.
+// every tensor) and keeps only an index of pieces: (tensor, shard, geometry, range) -> (shard
+// file, byte offset). read_pieces() maps a tensor's pieces to its runs (full offset, length ->
+// file offset), one tensor at a time, and reads exactly the bytes a caller's pieces need with
+// pread, straight into their memory, so a rank resuming under any layout holds its own state
+// and the index, never the single-process state.
 //
 // Every field of a manifest is untrusted (a set may be truncated, mixed with another run's
-// files, or hostile), and is checked before it is used. The index costs one 32-byte record per
-// contiguous run: one per piece of an unsplit tensor, one per row of a tensor-parallel slice.
+// files, or hostile), and is checked before it is used. The index holds one record per piece,
+// whatever the geometry; the runs, one per row of a tensor-parallel slice split along its
+// columns, live only while their tensor is checked or read.
 
 #include <algorithm>
 #include <cstring>
@@ -88,14 +90,38 @@ std::map<TensorId, int64_t> claimed_elements(const fs::path& dir, const json& sh
   return claimed;
 }
 
+// A run of a single-process tensor stored contiguously in one shard file.
+struct StoredRun {
+  int64_t full_offset = 0;  // in the single-process tensor, flattened
+  int64_t length = 0;
+  int shard = 0;
+  uint64_t file_offset = 0;  // of the run's first byte in shard `shard`'s file
+};
+
+// A tensor's runs from its pieces, sorted by full_offset (the pieces' geometry was checked when
+// the set opened).
+std::vector<StoredRun> stored_runs(const ShardedSet& set, const ShardedSet::StoredTensor& t) {
+  std::vector<StoredRun> runs;
+  const size_t es = dtype_size(t.dtype);
+  for (const ShardedSet::StoredPiece& p : t.pieces)
+    for (const PieceRun& run :
+         piece_runs(p.geometry, t.full_shape, p.begin, p.length,
+                    str_cat(set.shard_files[size_t(p.shard)], ": a piece of '", t.name, "'")))
+      runs.push_back(
+          {run.full_offset, run.length, p.shard, p.file_offset + uint64_t(run.piece_offset) * es});
+  std::sort(runs.begin(), runs.end(),
+            [](const auto& a, const auto& b) { return a.full_offset < b.full_offset; });
+  return runs;
+}
+
 // The tiling check: sorted, every element once. Names both files of an overlap.
 void check_tiling(const ShardedSet& set, const ShardedSet::StoredTensor& t,
-                  const std::string& where) {
+                  const std::vector<StoredRun>& runs, const std::string& where) {
   int64_t covered = 0;
-  for (size_t i = 0; i < t.runs.size(); ++i) {
-    const ShardedSet::StoredRun& run = t.runs[i];
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const StoredRun& run = runs[i];
     if (i > 0) {
-      const ShardedSet::StoredRun& prev = t.runs[i - 1];
+      const StoredRun& prev = runs[i - 1];
       TESSERA_CHECK(prev.full_offset + prev.length <= run.full_offset,
                     set.shard_files[size_t(run.shard)], ": element ", run.full_offset, " of '",
                     t.name, "' is covered twice (also by ", set.shard_files[size_t(prev.shard)],
@@ -175,18 +201,12 @@ ShardedSet open_sharded_checkpoint(const std::string& dir_string, ChecksumShare 
       TESSERA_CHECK(t.full_shape == p.full_shape && t.dtype == dtype, pw, " is part of ",
                     dtype_name(dtype), p.full_shape.to_string(), ", but an earlier piece says ",
                     dtype_name(t.dtype), t.full_shape.to_string());
-      const uint64_t first_byte = header.data_start + entry.begin;
-      const size_t es = dtype_size(dtype);
-      for (const PieceRun& run : piece_runs(p.geometry, p.full_shape, p.begin, length, pw))
-        t.runs.push_back(
-            {run.full_offset, run.length, int(r), first_byte + uint64_t(run.piece_offset) * es});
+      piece_runs(p.geometry, p.full_shape, p.begin, length, pw);  // checks the geometry
+      t.pieces.push_back({int(r), header.data_start + entry.begin, p.geometry, p.begin, length});
     }
   }
-  for (ShardedSet::StoredTensor& t : set.tensors) {
-    std::sort(t.runs.begin(), t.runs.end(),
-              [](const auto& a, const auto& b) { return a.full_offset < b.full_offset; });
-    check_tiling(set, t, where);
-  }
+  for (const ShardedSet::StoredTensor& t : set.tensors)
+    check_tiling(set, t, stored_runs(set, t), where);
   return set;
 }
 
@@ -233,37 +253,45 @@ void check_pieces(const ShardedSet& set, const std::vector<ShardPiece>& wanted) 
 
 void read_pieces(const ShardedSet& set, std::vector<ShardPiece>& wanted) {
   const TensorIndex index = index_of(set);
-  for (const ShardPiece& w : wanted) stored_for(set, index, w, /*on_host=*/true);
+  // The wanted pieces by stored tensor (checked first), so that each tensor's runs are built
+  // once and held only while its pieces are read.
+  std::map<const ShardedSet::StoredTensor*, std::vector<ShardPiece*>> by_tensor;
+  for (ShardPiece& w : wanted)
+    by_tensor[&stored_for(set, index, w, /*on_host=*/true)].push_back(&w);
   std::vector<std::unique_ptr<PosixFile>> files(set.shard_files.size());
-  for (ShardPiece& w : wanted) {
-    const ShardedSet::StoredTensor& t = stored_for(set, index, w, /*on_host=*/true);
-    const int64_t length = w.data.numel();
-    const std::vector<PieceRun> runs =
-        piece_runs(w.geometry, w.full_shape, w.begin, length, piece_what(set, w));
-    const size_t es = dtype_size(t.dtype);
-    char* out = static_cast<char*>(w.data.data_ptr());
-    int64_t filled = 0;
-    for (const PieceRun& run : runs) filled += run.length;
-    if (filled < length) std::memset(out, 0, size_t(length) * es);  // tensor-parallel padding
-    for (const PieceRun& run : runs) {
-      const int64_t end = run.full_offset + run.length;
-      // The stored runs tile the tensor in order, so their ends are sorted too.
-      auto s = std::upper_bound(
-          t.runs.begin(), t.runs.end(), run.full_offset,
-          [](int64_t at, const ShardedSet::StoredRun& r) { return at < r.full_offset + r.length; });
-      int64_t copied = 0;
-      for (; s != t.runs.end() && s->full_offset < end; ++s) {
-        const int64_t lo = std::max(run.full_offset, s->full_offset);
-        const int64_t hi = std::min(end, s->full_offset + s->length);
-        std::unique_ptr<PosixFile>& f = files[size_t(s->shard)];
-        if (!f) f = std::make_unique<PosixFile>(set.shard_files[size_t(s->shard)]);
-        f->read_at(s->file_offset + uint64_t(lo - s->full_offset) * es,
-                   out + size_t(run.piece_offset + lo - run.full_offset) * es,
-                   uint64_t(hi - lo) * es);
-        copied += hi - lo;
+  for (const auto& [stored, pieces] : by_tensor) {
+    const ShardedSet::StoredTensor& t = *stored;
+    const std::vector<StoredRun> stored_runs_of_t = stored_runs(set, t);
+    for (ShardPiece* wp : pieces) {
+      ShardPiece& w = *wp;
+      const int64_t length = w.data.numel();
+      const std::vector<PieceRun> runs =
+          piece_runs(w.geometry, w.full_shape, w.begin, length, piece_what(set, w));
+      const size_t es = dtype_size(t.dtype);
+      char* out = static_cast<char*>(w.data.data_ptr());
+      int64_t filled = 0;
+      for (const PieceRun& run : runs) filled += run.length;
+      if (filled < length) std::memset(out, 0, size_t(length) * es);  // tensor-parallel padding
+      for (const PieceRun& run : runs) {
+        const int64_t end = run.full_offset + run.length;
+        // The stored runs tile the tensor in order, so their ends are sorted too.
+        auto s = std::upper_bound(
+            stored_runs_of_t.begin(), stored_runs_of_t.end(), run.full_offset,
+            [](int64_t at, const StoredRun& r) { return at < r.full_offset + r.length; });
+        int64_t copied = 0;
+        for (; s != stored_runs_of_t.end() && s->full_offset < end; ++s) {
+          const int64_t lo = std::max(run.full_offset, s->full_offset);
+          const int64_t hi = std::min(end, s->full_offset + s->length);
+          std::unique_ptr<PosixFile>& f = files[size_t(s->shard)];
+          if (!f) f = std::make_unique<PosixFile>(set.shard_files[size_t(s->shard)]);
+          f->read_at(s->file_offset + uint64_t(lo - s->full_offset) * es,
+                     out + size_t(run.piece_offset + lo - run.full_offset) * es,
+                     uint64_t(hi - lo) * es);
+          copied += hi - lo;
+        }
+        TESSERA_CHECK(copied == run.length, piece_what(set, w), ": elements [", run.full_offset,
+                      ", ", end, ") are not all in the set");
       }
-      TESSERA_CHECK(copied == run.length, piece_what(set, w), ": elements [", run.full_offset, ", ",
-                    end, ") are not all in the set");
     }
   }
 }
