@@ -140,6 +140,28 @@ TEST(ShardedCheckpoint, PieceRunsInvertShardOf) {
   }
 }
 
+// Writes rank `rank` of `ranks`' shard of step `step`, holding one piece of tensor "w" (rank 0
+// publishes the set, so it writes last).
+void write_w_shard(const TempDir& run, int64_t step, int rank, int ranks, const std::string& nonce,
+                   const Shape& full_shape, const ShardGeometry& geometry, int64_t begin,
+                   const Tensor& data) {
+  ShardJob job;
+  job.run_dir = run.path();
+  job.step = step;
+  job.rank = rank;
+  job.ranks = ranks;
+  job.nonce = nonce;
+  ShardPiece p;
+  p.name = "w";
+  p.full_shape = full_shape;
+  p.geometry = geometry;
+  p.begin = begin;
+  p.data = data;
+  job.pieces = {p};
+  job.state = {{"loader", 1}};
+  write_shard(job);
+}
+
 // A set as a dp2 x tp2 layout writes one: each tp rank's slice split by flat range between its
 // two dp ranks, published by rank 0 after the other three.
 TEST(ShardedCheckpoint, TensorParallelSlicesReassembleTheFullTensor) {
@@ -155,21 +177,8 @@ TEST(ShardedCheckpoint, TensorParallelSlicesReassembleTheFullTensor) {
     const int tp_rank = world % 2, dp_rank = world / 2;
     const Tensor local = shard_of(full, meta, tp_rank, 2, "w");
     const int64_t n = local.numel(), lo = n * dp_rank / 2, hi = n * (dp_rank + 1) / 2;
-    ShardJob job;
-    job.run_dir = run.path();
-    job.step = 3;
-    job.rank = world;
-    job.ranks = 4;
-    job.nonce = nonce;
-    ShardPiece p;
-    p.name = "w";
-    p.full_shape = full.shape();
-    p.geometry = {local.shape(), 0, {12}, tp_rank, 2};
-    p.begin = lo;
-    p.data = ops::narrow(ops::reshape(local, Shape{n}), 0, lo, hi - lo);
-    job.pieces = {p};
-    job.state = {{"loader", 1}};
-    write_shard(job);
+    write_w_shard(run, 3, world, 4, nonce, full.shape(), {local.shape(), 0, {12}, tp_rank, 2}, lo,
+                  ops::narrow(ops::reshape(local, Shape{n}), 0, lo, hi - lo));
   }
   const CheckpointData back = load_checkpoint(set_of(run, 3));
   ASSERT_EQ(back.model.size(), 1u);
@@ -235,7 +244,7 @@ TEST(ShardedCheckpoint, DamagedShardsAreNamed) {
 // The opened set holds one record per piece, not one per run. A [65536, 4] tensor split along
 // its columns over tp2 is 131,072 runs (a row of each slice), which the index used to keep for
 // the life of the set on every rank: 4 MiB of 32-byte records here, and by the format's arithmetic
-// about 1.3 GB for a 70B Llama's weights and moments at tp8. The heap the open set holds (glibc's
+// about 1 GB for a 70B Llama's weights and moments at tp8. The heap the open set holds (glibc's
 // live bytes, mallinfo2) is bounded by 256 KiB, for its strings, state and pieces; with the runs
 // kept, as before, it holds 4.2 MB and fails. The set still reads back exactly, by tensor and by
 // piece.
@@ -247,20 +256,8 @@ TEST(ShardedCheckpoint, AnOpenSetHoldsItsPiecesNotTheirRuns) {
   const std::string nonce = checkpoint_nonce(7);
   for (int tp_rank = 1; tp_rank >= 0; --tp_rank) {  // rank 0 publishes the set last
     const Tensor local = ops::contiguous(ops::narrow(full, 1, 2 * tp_rank, 2));
-    ShardJob job;
-    job.run_dir = run.path();
-    job.step = 5;
-    job.rank = tp_rank;
-    job.ranks = 2;
-    job.nonce = nonce;
-    ShardPiece p;
-    p.name = "w";
-    p.full_shape = full.shape();
-    p.geometry = {local.shape(), 1, {4}, tp_rank, 2};
-    p.data = ops::reshape(local, Shape{local.numel()});
-    job.pieces = {p};
-    job.state = {{"loader", 1}};
-    write_shard(job);
+    write_w_shard(run, 5, tp_rank, 2, nonce, full.shape(), {local.shape(), 1, {4}, tp_rank, 2}, 0,
+                  ops::reshape(local, Shape{local.numel()}));
   }
   const size_t before = mallinfo2().uordblks;
   const ShardedSet set = open_sharded_checkpoint(set_of(run, 5));
