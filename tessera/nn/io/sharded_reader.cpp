@@ -261,7 +261,7 @@ void read_pieces(const ShardedSet& set, std::vector<ShardPiece>& wanted) {
   std::vector<std::unique_ptr<PosixFile>> files(set.shard_files.size());
   for (const auto& [stored, pieces] : by_tensor) {
     const ShardedSet::StoredTensor& t = *stored;
-    const std::vector<StoredRun> stored_runs_of_t = stored_runs(set, t);
+    const std::vector<StoredRun> tensor_runs = stored_runs(set, t);
     for (ShardPiece* wp : pieces) {
       ShardPiece& w = *wp;
       const int64_t length = w.data.numel();
@@ -276,10 +276,10 @@ void read_pieces(const ShardedSet& set, std::vector<ShardPiece>& wanted) {
         const int64_t end = run.full_offset + run.length;
         // The stored runs tile the tensor in order, so their ends are sorted too.
         auto s = std::upper_bound(
-            stored_runs_of_t.begin(), stored_runs_of_t.end(), run.full_offset,
+            tensor_runs.begin(), tensor_runs.end(), run.full_offset,
             [](int64_t at, const StoredRun& r) { return at < r.full_offset + r.length; });
         int64_t copied = 0;
-        for (; s != stored_runs_of_t.end() && s->full_offset < end; ++s) {
+        for (; s != tensor_runs.end() && s->full_offset < end; ++s) {
           const int64_t lo = std::max(run.full_offset, s->full_offset);
           const int64_t hi = std::min(end, s->full_offset + s->length);
           std::unique_ptr<PosixFile>& f = files[size_t(s->shard)];
