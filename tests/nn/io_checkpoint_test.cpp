@@ -19,6 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::error_of;
 using testing::expect_same_dict;
+using testing::flip_a_data_bit;
 using testing::mentions;
 using testing::read_bytes;
 using testing::same_tensor;
@@ -116,9 +117,7 @@ TEST(Checkpoint, ModelCheckedChecksTheModelFileAndReadsNoTensor) {
   EXPECT_EQ(checked.state, d.state);
   const std::string model = dir + "/model.safetensors";
   const std::string good = read_bytes(model);
-  std::string flipped = good;
-  flipped[flipped.size() - 3] ^= 0x10;
-  write_bytes(model, flipped);
+  flip_a_data_bit(model);
   EXPECT_TRUE(mentions(error_of([&] { load_checkpoint(dir, CheckpointParts::model_checked); }),
                        {model, "checksum", "corrupt"}));
   write_bytes(model, good);
@@ -134,9 +133,7 @@ TEST(Checkpoint, AChecksumShareChecksOnlyTheFilesItCovers) {
   TempDir run;
   const std::string dir = save_checkpoint(run.path(), sample(5));
   const std::string optimizer = dir + "/optimizer.safetensors";
-  std::string bytes = read_bytes(optimizer);
-  bytes[bytes.size() - 3] ^= 0x10;  // same size: only the checksum can tell
-  write_bytes(optimizer, bytes);
+  flip_a_data_bit(optimizer);
   for (bool open_gathered : {false, true}) {
     EXPECT_EQ(open_checkpoint(dir, open_gathered, {0, 2}).data.step, 5) << open_gathered;
     EXPECT_TRUE(mentions(error_of([&] {
@@ -150,7 +147,7 @@ TEST(Checkpoint, AChecksumShareChecksOnlyTheFilesItCovers) {
     EXPECT_EQ(open_checkpoint(dir, open_gathered, {2, 3}).data.step, 5) << open_gathered;
   }
   // What the share leaves out is still checked for size.
-  fs::resize_file(optimizer, bytes.size() - 1);
+  fs::resize_file(optimizer, fs::file_size(optimizer) - 1);
   EXPECT_TRUE(mentions(error_of([&] {
                          open_checkpoint(dir, true, {0, 2});
                        }),
@@ -290,9 +287,9 @@ TEST(Checkpoint, NewestGoodCheckpointPassesOverCorruptOnes) {
 
   // None loads: one error with every reason.
   fs::remove(ckpt(run, 1) + "/state.json");
-  EXPECT_TRUE(mentions(error_of([&] { load_newest_good_checkpoint(run.path(), &skipped); }),
-                       {"no checkpoint of", ckpt(run, 3), ckpt(run, 2), ckpt(run, 1),
-                        "missing state.json"}));
+  EXPECT_TRUE(mentions(
+      error_of([&] { load_newest_good_checkpoint(run.path(), &skipped); }),
+      {"no checkpoint of", ckpt(run, 3), ckpt(run, 2), ckpt(run, 1), "missing state.json"}));
 }
 
 TEST(Checkpoint, NewestGoodCheckpointStartsFromLatest) {
@@ -373,9 +370,8 @@ TEST(Checkpoint, CorruptTensorFiles) {
 
   write_bytes(model, good.substr(0, good.size() - 1));
   EXPECT_TRUE(mentions(err(), {model, "truncated or replaced"}));
-  std::string flipped = good;
-  flipped[flipped.size() - 3] ^= 0x10;  // a bit in the data: still a valid safetensors file
-  write_bytes(model, flipped);
+  write_bytes(model, good);
+  flip_a_data_bit(model);
   EXPECT_TRUE(mentions(err(), {model, "checksum", "corrupt"}));
   // A tensor file from another checkpoint.
   const std::string other = save_checkpoint(run.path(), sample(5));

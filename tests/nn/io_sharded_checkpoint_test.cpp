@@ -23,6 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::error_of;
 using testing::expect_same_dict;
+using testing::flip_a_data_bit;
 using testing::mentions;
 using testing::read_bytes;
 using testing::same_tensor;
@@ -219,12 +220,7 @@ TEST(ShardedCheckpoint, DamagedShardsAreNamed) {
        },
        {shard1, "truncated or replaced"}},
       {"bit flip",
-       [&](const std::string& d) {
-         const std::string p = (fs::path(d) / shard1).string();
-         std::string bytes = read_bytes(p);
-         bytes[bytes.size() - 3] ^= 0x10;
-         write_bytes(p, bytes);
-       },
+       [&](const std::string& d) { flip_a_data_bit((fs::path(d) / shard1).string()); },
        {shard1, "checksum", "corrupt or from another checkpoint"}},
   };
   for (const Damage& damage : damages) {
@@ -286,9 +282,7 @@ TEST(ShardedCheckpoint, AChecksumShareChecksOnlyItsShards) {
   TempDir run;
   save_sharded_checkpoint(run.path(), sample(4), 3);
   const std::string shard1 = (fs::path(set_of(run, 4)) / "shard_00001.safetensors").string();
-  std::string bytes = read_bytes(shard1);
-  bytes[bytes.size() - 3] ^= 0x10;
-  write_bytes(shard1, bytes);
+  flip_a_data_bit(shard1);
   EXPECT_EQ(open_sharded_checkpoint(set_of(run, 4), {0, 3}).step, 4);
   EXPECT_EQ(open_sharded_checkpoint(set_of(run, 4), {2, 3}).step, 4);
   EXPECT_EQ(open_sharded_checkpoint(set_of(run, 4), {0, 2}).step, 4);
@@ -296,7 +290,7 @@ TEST(ShardedCheckpoint, AChecksumShareChecksOnlyItsShards) {
     EXPECT_TRUE(mentions(error_of([&] { open_sharded_checkpoint(set_of(run, 4), share); }),
                          {shard1, "checksum", "corrupt or from another checkpoint"}))
         << share.rank << " of " << share.ranks;
-  fs::resize_file(shard1, bytes.size() - 1);
+  fs::resize_file(shard1, fs::file_size(shard1) - 1);
   EXPECT_TRUE(mentions(error_of([&] {
                          open_sharded_checkpoint(set_of(run, 4), {0, 3});
                        }),
@@ -334,6 +328,12 @@ TEST(ShardedCheckpoint, PiecesMustCoverEveryElementOnce) {
   write_json(manifest, m);
   EXPECT_TRUE(mentions(error_of([&] { load_checkpoint(set_of(run, 6)); }),
                        {"shard_00000.safetensors", "holds", "tensors but"}));
+
+  m = good;  // a piece past the end of its shard's local tensor
+  piece_of(m, 1, "wte.weight")["begin"] = 60;
+  write_json(manifest, m);
+  EXPECT_TRUE(mentions(error_of([&] { load_checkpoint(set_of(run, 6)); }),
+                       {"shard_00001.safetensors", "'wte.weight'", "piece ["}));
 
   m = good;
   piece_of(m, 0, "wte.weight")["full_shape"] = {1099511627776, 1099511627776};

@@ -52,6 +52,15 @@ inline std::string read_bytes(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// Flips one bit three bytes before the end of a tensor file: it keeps its size and stays a
+// valid safetensors file (the bit is in its last tensor's data), so only its checksum can tell.
+inline void flip_a_data_bit(const std::string& path) {
+  std::string bytes = read_bytes(path);
+  ASSERT_GE(bytes.size(), 3u) << path;
+  bytes[bytes.size() - 3] ^= 0x10;
+  write_bytes(path, bytes);
+}
+
 // Same dtype, shape and bytes (bit-exact, NaN payloads included).
 inline bool same_tensor(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined() || a.dtype() != b.dtype() || a.shape() != b.shape())

@@ -11,9 +11,9 @@
 
 #include <filesystem>
 
-#include "tessera/core/file_io.h"
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/parallel/comm/mpi_communicator.h"
+#include "tests/nn/io_test_util.h"
 #include "tools/tools_test_util.h"
 
 namespace tessera::parallel {
@@ -50,11 +50,7 @@ TEST(ResumeAgreementN2, AShardOneRankChecksumsFailsItsCheckpointOnEveryRank) {
     const fs::path step4 = fs::path(nn::checkpoints_dir(o.run_dir)) / nn::checkpoint_name(4);
     const std::string shard =
         (step4 / ("shard_0000" + std::to_string(bad) + ".safetensors")).string();
-    if (rank == 0) {
-      std::string bytes = read_text_file(shard);
-      bytes[bytes.size() - 3] ^= 0x10;  // same size: only its checksum tells
-      write_file_atomic(shard, bytes);
-    }
+    if (rank == 0) nn::testing::flip_a_data_bit(shard);
     world->barrier();
 
     const std::string by = "(on rank " + std::to_string(bad) + ")";

@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "tessera/core/file_io.h"
 #include "tessera/nn/io/checkpoint.h"
 #include "tessera/nn/io/sharded_checkpoint.h"
 #include "tessera/parallel/comm/mpi_communicator.h"
 #include "tessera/train/detail/model_source.h"
 #include "tests/nn/hf_llama_folder.h"
+#include "tests/nn/io_test_util.h"
 #include "tests/parallel/tp_test_util.h"
 
 namespace tessera::parallel {
@@ -88,6 +88,20 @@ std::string write_checkpoint(const nn::GPT& model, const std::string& name) {
   }
   world->barrier();
   return dir.string();
+}
+
+// A sharded set of `dir`'s newest checkpoint, cut into 3 shards, written by rank 0 into a run
+// folder named for the test; every rank returns the run's path once it exists.
+std::string write_sharded_copy(const std::string& dir, const std::string& name) {
+  const fs::path run = fs::temp_directory_path() / ("tessera_tp_generate_" + name + "_sharded");
+  auto world = MpiCommunicator::world();
+  if (world->rank() == 0) {
+    fs::remove_all(run);
+    nn::save_sharded_checkpoint(run.string(), nn::load_checkpoint(*nn::find_latest_checkpoint(dir)),
+                                3);
+  }
+  world->barrier();
+  return run.string();
 }
 
 // What the single-process command prints for `samples` samples of `new_tokens` after `prompt`.
@@ -174,13 +188,7 @@ TEST(TensorParallelGenerateN2, EachRankReadsOnlyItsSlicesOfTheCheckpoint) {
   nn::GPT single(cfg);
   testing::randomize(single, 5);
   const std::string dir = write_checkpoint(single, "slices");
-  const fs::path sharded_run = fs::temp_directory_path() / "tessera_tp_generate_slices_sharded";
-  if (rank == 0) {
-    fs::remove_all(sharded_run);
-    nn::save_sharded_checkpoint(sharded_run.string(),
-                                nn::load_checkpoint(*nn::find_latest_checkpoint(dir)), 3);
-  }
-  MpiCommunicator::world()->barrier();
+  const fs::path sharded_run = write_sharded_copy(dir, "slices");
   const auto tp = testing::make_tp(2, false);
 
   for (const std::string& spec : {dir, sharded_run.string()}) {
@@ -218,22 +226,15 @@ TEST(TensorParallelGenerateN2, AFileOneRankChecksumsFailsTheLoadOnBoth) {
   nn::GPT single(tiny_config());
   testing::randomize(single, 6);
   const std::string dir = write_checkpoint(single, "agree");
-  const fs::path sharded_run = fs::temp_directory_path() / "tessera_tp_generate_agree_sharded";
+  const fs::path sharded_run = write_sharded_copy(dir, "agree");
   const std::string checkpoint = *nn::find_latest_checkpoint(dir);
   const std::string set =
       (fs::path(nn::checkpoints_dir(sharded_run.string())) / fs::path(checkpoint).filename())
           .string();
   const std::string model = checkpoint + "/model.safetensors",
                     shard = set + "/shard_00001.safetensors";
-  if (rank == 0) {
-    fs::remove_all(sharded_run);
-    nn::save_sharded_checkpoint(sharded_run.string(), nn::load_checkpoint(checkpoint), 3);
-    for (const std::string& file : {model, shard}) {
-      std::string bytes = read_text_file(file);
-      bytes[bytes.size() - 3] ^= 0x10;  // same size: only the checksum tells
-      write_file_atomic(file, bytes);
-    }
-  }
+  if (rank == 0)
+    for (const std::string& file : {model, shard}) nn::testing::flip_a_data_bit(file);
   MpiCommunicator::world()->barrier();
   const auto tp = testing::make_tp(2, false);
   for (const auto& [spec, file, by] :

@@ -98,15 +98,17 @@ struct StoredRun {
   uint64_t file_offset = 0;  // of the run's first byte in shard `shard`'s file
 };
 
-// A tensor's runs from its pieces, sorted by full_offset (the pieces' geometry was checked when
-// the set opened).
+// A tensor's runs from its pieces, sorted by full_offset. piece_runs checks each piece's
+// geometry against the tensor: the tiling check at open is the first call, so a hostile
+// geometry is refused there, naming the shard file, the piece and the tensor.
 std::vector<StoredRun> stored_runs(const ShardedSet& set, const ShardedSet::StoredTensor& t) {
   std::vector<StoredRun> runs;
   const size_t es = dtype_size(t.dtype);
   for (const ShardedSet::StoredPiece& p : t.pieces)
     for (const PieceRun& run :
          piece_runs(p.geometry, t.full_shape, p.begin, p.length,
-                    str_cat(set.shard_files[size_t(p.shard)], ": a piece of '", t.name, "'")))
+                    str_cat(set.shard_files[size_t(p.shard)], ": the piece at ", p.begin, " of '",
+                            t.name, "'")))
       runs.push_back(
           {run.full_offset, run.length, p.shard, p.file_offset + uint64_t(run.piece_offset) * es});
   std::sort(runs.begin(), runs.end(),
@@ -201,7 +203,6 @@ ShardedSet open_sharded_checkpoint(const std::string& dir_string, ChecksumShare 
       TESSERA_CHECK(t.full_shape == p.full_shape && t.dtype == dtype, pw, " is part of ",
                     dtype_name(dtype), p.full_shape.to_string(), ", but an earlier piece says ",
                     dtype_name(t.dtype), t.full_shape.to_string());
-      piece_runs(p.geometry, p.full_shape, p.begin, length, pw);  // checks the geometry
       t.pieces.push_back({int(r), header.data_start + entry.begin, p.geometry, p.begin, length});
     }
   }
